@@ -1,0 +1,30 @@
+#include "backends/registry.h"
+
+#include <string>
+
+#include "common/error.h"
+
+namespace fp4moe {
+
+#ifdef FP4MOE_WITH_CUDA
+// Factories of the CUDA backends (each defined next to its backend).
+// (added by the backends as they land)
+#endif
+
+std::vector<std::unique_ptr<MoeBackend>> all_moe_backends() {
+  std::vector<std::unique_ptr<MoeBackend>> backends;
+#ifdef FP4MOE_WITH_CUDA
+#endif
+  return backends;
+}
+
+std::unique_ptr<MoeBackend> find_moe_backend(std::string_view id) {
+  std::string known;
+  for (auto& backend : all_moe_backends()) {
+    if (backend->id() == id) return std::move(backend);
+    known += (known.empty() ? "" : ", ") + std::string(backend->id());
+  }
+  fail("unknown MoE backend '", id, "'; this build has: ", known.empty() ? "none (CPU-only build)" : known);
+}
+
+}  // namespace fp4moe

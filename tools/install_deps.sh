@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what fp4moe needs to build and test on Debian (as root): the C++ libraries from Debian's
+# packages and the Python test oracles from PyPI. Idempotent. The CUDA toolkit is optional: with
+# nvcc present the CUDA parts are built too.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+packages=(cmake ninja-build g++ make pkg-config git python3 python3-pip
+          nlohmann-json3-dev libcli11-dev googletest libgtest-dev libgmock-dev libbenchmark-dev clang)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install_deps: apt-get install ${missing[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# Test oracles (independent implementations the tests compare against).
+python3 -m pip install -q --disable-pip-version-check numpy ml_dtypes safetensors
+echo "install_deps: done"
