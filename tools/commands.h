@@ -12,5 +12,10 @@ using Action = std::function<int()>;
 void set_action(CLI::App* subcommand, Action action);
 
 void register_info(CLI::App& app);
+void register_synth(CLI::App& app);
+void register_quantize(CLI::App& app);
+void register_inspect(CLI::App& app);
+void register_qualify(CLI::App& app);
+void register_bench(CLI::App& app);  // CUDA builds: bench moe / ceilings; CPU-only: says why not
 
 }  // namespace fp4moe::cli

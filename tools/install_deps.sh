@@ -4,7 +4,7 @@
 # nvcc present the CUDA parts are built too.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-packages=(cmake ninja-build g++ make pkg-config git python3 python3-pip
+packages=(cmake ninja-build g++ make pkg-config git python3 python3-pip python3-venv
           nlohmann-json3-dev libcli11-dev googletest libgtest-dev libgmock-dev libbenchmark-dev clang)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -13,6 +13,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-# Test oracles (independent implementations the tests compare against).
-python3 -m pip install -q --disable-pip-version-check numpy ml_dtypes safetensors
+# Test oracles (independent implementations the tests compare against), and what the Python binding
+# builds and tests with (nanobind, scikit-build-core, pytest; docs/python.md).
+python3 -m pip install -q --disable-pip-version-check numpy ml_dtypes safetensors nanobind scikit-build-core pytest
 echo "install_deps: done"

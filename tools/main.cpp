@@ -26,6 +26,11 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("fp4moe ") + build_info::kVersion);
   app.require_subcommand(1);
   cli::register_info(app);
+  cli::register_synth(app);
+  cli::register_quantize(app);
+  cli::register_inspect(app);
+  cli::register_qualify(app);
+  cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

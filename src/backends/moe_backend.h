@@ -47,6 +47,9 @@ class MoeBackend {
  public:
   virtual ~MoeBackend() = default;
   virtual std::string_view id() const = 0;  // e.g. "cuda.sm80.pipeline.v1"
+  // Host backends (the CPU reference, test fakes) take host pointers in MoeRunArgs and ignore the
+  // stream; all others take device pointers.
+  virtual bool runs_on_host() const { return false; }
   virtual Support supports(const MoeProblem& problem, const DeviceInfo& device) const = 0;
   // Uploads and repacks the weights for `device`; max_tokens sizes the workspace.
   virtual std::unique_ptr<PreparedMoe> prepare(const MoeProblem& problem, const MoeWeights& weights,

@@ -9,11 +9,16 @@ namespace fp4moe {
 #ifdef FP4MOE_WITH_CUDA
 // Factories of the CUDA backends (each defined next to its backend).
 // (added by the backends as they land)
+std::unique_ptr<MoeBackend> make_cublas_bf16_baseline_backend();  // backends/cublas_bf16_baseline.h
+std::unique_ptr<MoeBackend> make_cuda_sm80_pipeline_backend();     // backends/cuda_sm80_pipeline.h
 #endif
 
 std::vector<std::unique_ptr<MoeBackend>> all_moe_backends() {
   std::vector<std::unique_ptr<MoeBackend>> backends;
 #ifdef FP4MOE_WITH_CUDA
+  backends.push_back(make_cuda_sm80_pipeline_backend());
+  // The library baseline stays last: every real backend is preferred over it.
+  backends.push_back(make_cublas_bf16_baseline_backend());
 #endif
   return backends;
 }

@@ -1,6 +1,7 @@
 #include "format/fp_codes.h"
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -38,43 +39,28 @@ float e2m1_decode(uint8_t code) {
 uint8_t e2m1_encode(float value) {
   const uint8_t sign = std::signbit(value) ? 0x8 : 0x0;
   if (std::isnan(value)) return sign | 0x7;
-  const float a = std::fabs(value);
-  // Midpoints between neighbours; ties go to the even code (mantissa bit 0): codes 0, 2, 4, 6.
-  uint8_t magnitude;
-  if (a <= 0.25f) magnitude = 0;
-  else if (a < 0.75f) magnitude = 1;
-  else if (a <= 1.25f) magnitude = 2;
-  else if (a < 1.75f) magnitude = 3;
-  else if (a <= 2.5f) magnitude = 4;
-  else if (a < 3.5f) magnitude = 5;
-  else if (a <= 5.0f) magnitude = 6;
-  else magnitude = 7;  // saturate: (5, inf]
-  return sign | magnitude;
+  return sign | e2m1_magnitude_code(std::fabs(value));  // +-Inf: every comparison true, 7 (saturate)
 }
 
 float e4m3_decode(uint8_t code) { return kE4m3Table[code]; }
 
 uint8_t e4m3_encode_satfinite(float value) {
-  const uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint8_t sign = (bits >> 31) ? 0x80 : 0x00;
   if (std::isnan(value)) return sign | 0x7F;
   const float a = std::fabs(value);
   if (a >= kE4m3Max) return sign | 0x7E;  // satfinite: everything from 448 up, Inf included
   if (a < 0x1p-6f) {
-    // Subnormal range: multiples of 2^-9. Scaling by 2^9 is exact; nearbyint rounds half to even.
-    int m = static_cast<int>(std::nearbyint(a * 512.0f));
-    return sign | static_cast<uint8_t>(m);  // m == 8 is exactly the min normal code 0x08
+    // Subnormal range: multiples of 2^-9. Scaling by 2^9 is exact; nearbyint rounds half to even
+    // (the default rounding mode). m == 8 is exactly the min normal code 0x08.
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));
   }
-  int exponent;
-  float fraction = std::frexp(a, &exponent);  // a = fraction * 2^exponent, fraction in [0.5, 1)
-  exponent -= 1;                               // a = (2 * fraction) * 2^exponent, 2*fraction in [1, 2)
-  int mantissa = static_cast<int>(std::nearbyint((2.0f * fraction - 1.0f) * 8.0f));  // exact scaling
-  if (mantissa == 8) {
-    mantissa = 0;
-    exponent += 1;
-  }
-  int biased = exponent + 7;
-  if (biased > 15 || (biased == 15 && mantissa == 7)) return sign | 0x7E;  // rounded past 448
-  return sign | static_cast<uint8_t>((biased << 3) | mantissa);
+  // Normal range [2^-6, 448): round the fp32 mantissa from 23 to 3 bits, half to even, on the bit
+  // pattern; a mantissa carry correctly bumps the exponent. Rebias the exponent from 127 to 7.
+  // The result stays <= 448 (0x7E): a < 448 rounds to at most 448.
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  const uint32_t rounded = (magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u)) >> 20;  // (exp << 3) | m3
+  return sign | static_cast<uint8_t>(rounded - ((127u - 7u) << 3));
 }
 
 }  // namespace fp4moe

@@ -58,43 +58,62 @@ void MoeWeights::validate() const {
   }
 }
 
+namespace {
+
+void check_expert(const MoeWeights& w, int64_t e, const char* what) {
+  FP4MOE_CHECK(e >= 0 && e < w.num_experts, "MoeWeights::", what, ": expert ", e, " out of range [0, ", w.num_experts,
+               ")");
+}
+
+void copy_into(const Nvfp4Matrix& m, int64_t rows, int64_t cols, uint8_t* packed, uint8_t* scales, const char* what) {
+  FP4MOE_CHECK(m.rows == rows && m.cols == cols, "MoeWeights: ", what, " must be [", rows, ", ", cols, "], got [",
+               m.rows, ", ", m.cols, "]");
+  FP4MOE_CHECK(static_cast<int64_t>(m.packed.size()) == rows * cols / 2 &&
+                   static_cast<int64_t>(m.scales.size()) == rows * cols / kNvfp4BlockSize,
+               "MoeWeights: ", what, " has ", m.packed.size(), " packed bytes and ", m.scales.size(),
+               " scales, [", rows, ", ", cols, "] needs ", rows * cols / 2, " and ", rows * cols / kNvfp4BlockSize);
+  std::copy(m.packed.begin(), m.packed.end(), packed);
+  std::copy(m.scales.begin(), m.scales.end(), scales);
+}
+
+}  // namespace
+
+// w13 holds per expert 2I rows of H: gate rows first, then up rows, so projection p (0 gate, 1 up)
+// of expert e starts at row (2e + p) * I.
 Nvfp4View MoeWeights::gate(int64_t e) const {
+  check_expert(*this, e, "gate");
   return {w13_packed.data() + e * 2 * inter * hidden / 2, w13_scales.data() + e * 2 * inter * hidden / 16,
           gate_scale2[e], inter, hidden};
 }
 
 Nvfp4View MoeWeights::up(int64_t e) const {
+  check_expert(*this, e, "up");
   return {w13_packed.data() + (e * 2 + 1) * inter * hidden / 2, w13_scales.data() + (e * 2 + 1) * inter * hidden / 16,
           up_scale2[e], inter, hidden};
 }
 
 Nvfp4View MoeWeights::down(int64_t e) const {
+  check_expert(*this, e, "down");
   return {w2_packed.data() + e * hidden * inter / 2, w2_scales.data() + e * hidden * inter / 16, down_scale2[e],
           hidden, inter};
 }
 
-namespace {
-void copy_into(const Nvfp4Matrix& m, int64_t rows, int64_t cols, uint8_t* packed, uint8_t* scales, const char* what) {
-  FP4MOE_CHECK(m.rows == rows && m.cols == cols, "MoeWeights: ", what, " must be [", rows, ", ", cols, "], got [",
-               m.rows, ", ", m.cols, "]");
-  std::copy(m.packed.begin(), m.packed.end(), packed);
-  std::copy(m.scales.begin(), m.scales.end(), scales);
-}
-}  // namespace
-
 void MoeWeights::set_gate(int64_t e, const Nvfp4Matrix& m) {
+  check_expert(*this, e, "set_gate");
   copy_into(m, inter, hidden, w13_packed.data() + e * 2 * inter * hidden / 2,
             w13_scales.data() + e * 2 * inter * hidden / 16, "gate_proj");
   gate_scale2[e] = m.tensor_scale;
 }
 
 void MoeWeights::set_up(int64_t e, const Nvfp4Matrix& m) {
+  check_expert(*this, e, "set_up");
   copy_into(m, inter, hidden, w13_packed.data() + (e * 2 + 1) * inter * hidden / 2,
             w13_scales.data() + (e * 2 + 1) * inter * hidden / 16, "up_proj");
   up_scale2[e] = m.tensor_scale;
 }
 
 void MoeWeights::set_down(int64_t e, const Nvfp4Matrix& m) {
+  check_expert(*this, e, "set_down");
   copy_into(m, hidden, inter, w2_packed.data() + e * hidden * inter / 2, w2_scales.data() + e * hidden * inter / 16,
             "down_proj");
   down_scale2[e] = m.tensor_scale;

@@ -29,10 +29,11 @@ struct MoeWeights {
   // Throws Error naming the field when sizes disagree with the shape or a scale is not finite > 0.
   void validate() const;
 
+  // Views into expert e (Error when e is out of range).
   Nvfp4View gate(int64_t e) const;  // [I, H]
   Nvfp4View up(int64_t e) const;    // [I, H]
   Nvfp4View down(int64_t e) const;  // [H, I]
-  // Copies one quantized projection into expert e (shape must match).
+  // Copies one quantized projection into expert e (shape and sizes must match, else Error).
   void set_gate(int64_t e, const Nvfp4Matrix& m);
   void set_up(int64_t e, const Nvfp4Matrix& m);
   void set_down(int64_t e, const Nvfp4Matrix& m);

@@ -34,23 +34,33 @@ struct Nvfp4Matrix {
   Nvfp4View view() const { return {packed.data(), scales.data(), tensor_scale, rows, cols}; }
 };
 
-// weight_scale_2 for a tensor amax: fp32(amax) / 2688. amax must be finite and >= 0.
+// weight_scale_2 for a tensor amax: fp32(amax) / 2688. amax must be finite and >= 0, and either 0
+// or large enough (>= ~3.2e-35) that the scale is a normal fp32; otherwise Error.
 float nvfp4_tensor_scale_for_amax(float amax);
 
-// The E4M3 block scale code for a block amax: s = amax / (6 * tensor_scale); 0 -> 1.0;
-// clamp to [2^-9, 448]; RNE to E4M3.
+// The E4M3 block scale code for a block amax: s = fp32(amax / fp32(6 * tensor_scale)); s == 0 (or
+// amax == 0) -> 1.0; clamp to [2^-9, 448]; RNE to E4M3. Element codes use ModelOpt's sign rule
+// (q < 0), so -0.0 encodes as +0.
 uint8_t nvfp4_block_scale_code(float block_amax, float tensor_scale);
 
 // Quantize one block of 16 values with a known tensor scale: writes 8 packed bytes and the scale
-// code. Values must be finite (checked by the callers below).
+// code. A NaN/Inf value throws (through the block amax) without naming the element; the matrix
+// functions below name it.
 void nvfp4_quantize_block(const float* values, float tensor_scale, uint8_t* packed, uint8_t* scale_code);
 
 // Quantize x [rows, cols] (row-major) with the tensor scale derived from amax(x). Throws Error on
 // NaN/Inf input (naming the element) or cols % 16 != 0.
 Nvfp4Matrix quantize_nvfp4(std::span<const float> x, int64_t rows, int64_t cols);
 // Same with a given tensor scale (a static activation input_scale, or a weight_scale_2 to reuse);
-// tensor_scale must be finite and > 0. Blocks above 6 * 448 * tensor_scale saturate.
+// tensor_scale must be a finite, normal fp32 > 0. Blocks above 6 * 448 * tensor_scale saturate.
 Nvfp4Matrix quantize_nvfp4(std::span<const float> x, int64_t rows, int64_t cols, float tensor_scale);
+
+// max |x| over a row-major [*, cols] tensor; throws Error naming the first NaN/Inf element [r, c].
+float nvfp4_tensor_amax(std::span<const float> x, int64_t cols);
+// quantize_nvfp4 with a given tensor scale into caller storage: packed rows*cols/2 bytes, scales
+// rows*cols/16 codes (linear). tensor_scale: finite normal fp32 > 0, or 0 for an all-zero x.
+void quantize_nvfp4_into(std::span<const float> x, int64_t rows, int64_t cols, float tensor_scale,
+                         std::span<uint8_t> packed, std::span<uint8_t> scales);
 
 // ModelOpt dequantization: e2m1(q) * fp32(fp32(scale) * tensor_scale). out has rows * cols floats.
 void dequantize_nvfp4(const Nvfp4View& m, std::span<float> out);

@@ -14,7 +14,8 @@ namespace fp4moe {
 struct SyntheticWeightOptions {
   double stddev = 0.02;             // base element standard deviation
   double block_log_sigma = 0.6;     // sigma of the per-block log-normal magnitude factor
-  double outlier_probability = 1e-4;  // chance that an element is multiplied by outlier_factor
+  double outlier_probability = 1e-4;  // expected fraction of elements multiplied by outlier_factor
+                                      // (up to 1/16: at most one per block, drawn once per block)
   double outlier_factor = 8.0;
 };
 

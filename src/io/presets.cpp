@@ -27,6 +27,9 @@ ModelConfig qwen3_5(std::string name, int64_t layers, int64_t hidden, int64_t ex
   c.top_k = top_k;
   c.moe_inter = inter;
   c.shared_expert_inter = inter;
+  c.linear_conv_kernel_dim = 4;
+  c.attn_output_gate = true;
+  c.partial_rotary_factor = 0.25;
   return c;
 }
 
@@ -79,6 +82,12 @@ std::vector<ModelConfig> all_presets() {
   deepseek.topk_group = 4;
   deepseek.routed_scaling_factor = 2.5;
   deepseek.rope_theta = 1e4;
+  deepseek.dense_inter = 18432;
+  deepseek.q_lora_rank = 1536;
+  deepseek.kv_lora_rank = 512;
+  deepseek.qk_nope_head_dim = 128;
+  deepseek.qk_rope_head_dim = 64;
+  deepseek.v_head_dim = 128;
   presets.push_back(deepseek);
   // tiny: Qwen3.5 structure at toy size, for tests and the README's quick start.
   ModelConfig tiny = qwen3_5("tiny", 4, 256, 16, 4, 128, 4, 2, 4);

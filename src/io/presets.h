@@ -37,6 +37,18 @@ struct ModelConfig {
   int64_t first_dense_layers = 0;  // DeepSeek-V3: the first layers use a dense MLP
   double rms_norm_eps = 1e-6;
   double rope_theta = 1e7;
+  // Fields the checkpoint layout needs (io/checkpoint_layout.h); 0 / false when not applicable.
+  int64_t linear_conv_kernel_dim = 0;  // Gated DeltaNet causal conv width (Qwen3.5: 4)
+  bool attn_output_gate = false;       // q_proj emits [q; gate] (Qwen3.5, Qwen3-Next)
+  double partial_rotary_factor = 1.0;  // fraction of head_dim that gets RoPE (Qwen3.5: 0.25)
+  int64_t dense_inter = 0;             // intermediate size of the dense MLP layers (DeepSeek-V3: 18432)
+  // Multi-head latent attention (DeepSeek-V3); 0 when the model uses plain attention.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool tie_word_embeddings = false;
 };
 
 // Names of the built-in presets, in display order.

@@ -1,0 +1,261 @@
+#include "io/quantize.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+
+#include "common/error.h"
+#include "common/parallel.h"
+#include "common/progress.h"
+#include "io/checkpoint_layout.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+
+namespace fp4moe {
+
+namespace {
+
+constexpr int64_t kChunkElements = int64_t{1} << 24;  // 64 MB of floats per streaming chunk
+constexpr uint64_t kCopyChunkBytes = uint64_t{1} << 26;
+
+bool matches_any(const std::vector<std::string>& patterns, const std::string& name) {
+  for (const std::string& p : patterns) {
+    if (::fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_float_dtype(Dtype d) { return d == Dtype::kBF16 || d == Dtype::kF16 || d == Dtype::kF32; }
+
+template <typename T>
+std::span<const uint8_t> as_bytes(const T& value) {
+  return {reinterpret_cast<const uint8_t*>(&value), sizeof(T)};
+}
+
+// Rows per streaming chunk for a [rows, cols] tensor.
+int64_t chunk_rows(int64_t cols) { return std::max<int64_t>(1, kChunkElements / std::max<int64_t>(cols, 1)); }
+
+// amax over the whole tensor, streamed; Error naming the tensor and element for NaN/Inf.
+float tensor_amax(const SafetensorsCheckpoint& in, const TensorView& view) {
+  const int64_t rows = view.info->shape[0], cols = view.info->shape[1];
+  const int64_t step = chunk_rows(cols);
+  std::vector<float> buf;
+  float amax = 0.0f;
+  for (int64_t r = 0; r < rows; r += step) {
+    const int64_t n = std::min(step, rows - r);
+    buf.resize(static_cast<size_t>(n * cols));
+    read_as_float(view, r * cols, n * cols, buf.data());
+    in.release(view, static_cast<uint64_t>(r * cols * dtype_size(view.info->dtype)),
+               static_cast<uint64_t>(n * cols * dtype_size(view.info->dtype)));
+    for (size_t i = 0; i < buf.size(); ++i) {
+      const float a = std::fabs(buf[i]);
+      FP4MOE_CHECK(std::isfinite(a), view.file, ": tensor '", view.info->name, "' has a non-finite value ", buf[i],
+                   " at [", r + static_cast<int64_t>(i) / cols, ", ", static_cast<int64_t>(i) % cols,
+                   "]; NVFP4 cannot encode it");
+      amax = std::max(amax, a);
+    }
+  }
+  return amax;
+}
+
+// weight_scale_2 for an amax. An all-zero tensor (a pruned expert) gets the scale of amax 1: its
+// codes are all 0 and dequantize to exactly 0, and the scale stays a valid positive number.
+float weight_scale_for_amax(float amax) { return nvfp4_tensor_scale_for_amax(amax == 0.0f ? 1.0f : amax); }
+
+}  // namespace
+
+std::vector<std::string> default_quantize_include() {
+  return {"*.mlp.experts.*.gate_proj.weight", "*.mlp.experts.*.up_proj.weight", "*.mlp.experts.*.down_proj.weight"};
+}
+
+std::vector<std::string> default_quantize_exclude() { return {"mtp.*"}; }
+
+Nvfp4Matrix quantize_nvfp4_parallel(std::span<const float> x, int64_t rows, int64_t cols, float tensor_scale) {
+  FP4MOE_CHECK(rows >= 0 && cols % kNvfp4BlockSize == 0 && static_cast<int64_t>(x.size()) == rows * cols,
+               "quantize_nvfp4_parallel: bad shape [", rows, ", ", cols, "] for ", x.size(), " values");
+  Nvfp4Matrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.tensor_scale = tensor_scale;
+  m.packed.resize(static_cast<size_t>(rows * cols / 2));
+  m.scales.resize(static_cast<size_t>(rows * cols / kNvfp4BlockSize));
+  const std::span<uint8_t> packed(m.packed), scales(m.scales);
+  parallel_for(
+      rows,
+      [&](int64_t begin, int64_t end) {
+        const auto b = static_cast<size_t>(begin), n = static_cast<size_t>(end - begin), c = static_cast<size_t>(cols);
+        quantize_nvfp4_into(x.subspan(b * c, n * c), end - begin, cols, tensor_scale, packed.subspan(b * c / 2, n * c / 2),
+                            scales.subspan(b * c / 16, n * c / 16));
+      },
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)));
+  return m;
+}
+
+uint64_t parse_byte_size(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  FP4MOE_CHECK(i > 0 && i <= 18, "invalid size '", text, "': expected a number of bytes, e.g. 5000000000, 5GB or 500MiB");
+  const uint64_t value = std::stoull(text.substr(0, i));
+  std::string unit = text.substr(i);
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  const std::map<std::string, uint64_t> units = {{"", 1},           {"B", 1},           {"KB", 1000},
+                                                 {"MB", 1000000},   {"GB", 1000000000}, {"KIB", 1024},
+                                                 {"MIB", 1 << 20},  {"GIB", 1 << 30}};
+  auto it = units.find(unit);
+  FP4MOE_CHECK(it != units.end(), "invalid size '", text, "': unknown unit '", text.substr(i), "' (B, KB, MB, GB, KiB, MiB, GiB)");
+  FP4MOE_CHECK(value > 0 && value <= UINT64_MAX / it->second, "invalid size '", text, "'");
+  return value * it->second;
+}
+
+QuantizeResult quantize_checkpoint(const std::filesystem::path& in_dir, const std::filesystem::path& out_dir,
+                                   const QuantizeOptions& options) try {
+  namespace fs = std::filesystem;
+  FP4MOE_CHECK(options.quant_algo == "NVFP4" || options.quant_algo == "W4A16_NVFP4", "quant_algo '", options.quant_algo,
+               "' is not supported (NVFP4 or W4A16_NVFP4)");
+  FP4MOE_CHECK(std::isfinite(options.input_amax) && options.input_amax > 0, "--input-amax must be finite and > 0, got ",
+               options.input_amax);
+  FP4MOE_CHECK(fs::is_directory(in_dir), in_dir.string(), ": not a directory");
+  std::error_code ec;
+  FP4MOE_CHECK(!fs::exists(out_dir) || !fs::equivalent(in_dir, out_dir, ec), out_dir.string(),
+               ": the output directory must differ from the input");
+  FP4MOE_CHECK(!read_quant_config(in_dir).has_value(), in_dir.string(),
+               ": the checkpoint is already quantized (it has a quantization config)");
+  SafetensorsCheckpoint in(in_dir);
+  const std::vector<std::string>& include = options.include.empty() ? default_quantize_include() : options.include;
+  const std::vector<std::string>& exclude = options.exclude.empty() ? default_quantize_exclude() : options.exclude;
+  const bool w4a4 = options.quant_algo == "NVFP4";
+
+  // Plan.
+  std::vector<TensorSpec> specs;
+  std::map<std::string, bool> selected;
+  std::vector<std::string> unquantized_linears, quantized_modules;
+  QuantizeResult result;
+  for (const std::string& name : in.names()) {
+    const TensorInfo& t = *in.find(name);
+    result.bytes_in += t.nbytes();
+    const bool pick = matches_any(include, name) && !matches_any(exclude, name);
+    selected[name] = pick;
+    if (!pick) {
+      specs.push_back({name, t.dtype, t.shape});
+      if (t.shape.size() == 2 && is_float_dtype(t.dtype) && ends_with(name, ".weight")) unquantized_linears.push_back(name);
+      continue;
+    }
+    const std::string where = in_dir.string() + ": tensor '" + name + "'";
+    FP4MOE_CHECK(ends_with(name, ".weight"), where, " matches --include but is not a .weight");
+    FP4MOE_CHECK(is_float_dtype(t.dtype), where, " is ", dtype_name(t.dtype), "; only BF16, F16 and F32 can be quantized");
+    FP4MOE_CHECK(t.shape.size() == 2, where, " has shape ", shape_string(t.shape), "; only 2-D linear weights can be NVFP4");
+    FP4MOE_CHECK(t.shape[1] % kNvfp4BlockSize == 0, where, ": in-features ", t.shape[1], " is not a multiple of 16");
+    const std::string base = name.substr(0, name.size() - 6);
+    quantized_modules.push_back(base.substr(0, base.size() - 1));
+    for (const char* suffix : {"weight_scale", "weight_scale_2", "input_scale"}) {
+      FP4MOE_CHECK(!in.contains(base + suffix), where, ": the input already has ", base + suffix);
+    }
+    specs.push_back({base + "weight", Dtype::kU8, {t.shape[0], t.shape[1] / 2}});
+    specs.push_back({base + "weight_scale", Dtype::kF8E4M3, {t.shape[0], t.shape[1] / kNvfp4BlockSize}});
+    specs.push_back({base + "weight_scale_2", Dtype::kF32, {}});
+    if (w4a4) specs.push_back({base + "input_scale", Dtype::kF32, {}});
+  }
+
+  SafetensorsWriter writer(out_dir, specs, options.max_shard_bytes);
+  std::optional<Progress> progress;
+  if (options.progress) progress.emplace("quantize " + in_dir.filename().string(), result.bytes_in);
+  auto advance = [&](uint64_t bytes) {
+    if (progress) progress->advance(bytes);
+  };
+  std::map<std::string, float> shared_scale;  // gate/up pair base -> weight_scale_2
+  const float input_scale = nvfp4_tensor_scale_for_amax(options.input_amax);
+  std::vector<float> buf;
+  for (const std::string& name : in.names()) {
+    const TensorView view = in.tensor(name);
+    if (!selected[name]) {
+      for (uint64_t off = 0; off < view.info->nbytes(); off += kCopyChunkBytes) {
+        const uint64_t n = std::min(kCopyChunkBytes, view.info->nbytes() - off);
+        writer.write(name, view.bytes().subspan(off, n));
+        in.release(view, off, n);
+        advance(n);
+      }
+      in.release(view);
+      ++result.copied;
+      continue;
+    }
+    const std::string base = name.substr(0, name.size() - 6);
+    float scale = 0.0f;
+    // gate_proj and up_proj of one expert share weight_scale_2 when both are quantized.
+    const bool is_gate = ends_with(base, "gate_proj."), is_up = ends_with(base, "up_proj.");
+    const std::string pair_key = is_gate ? base.substr(0, base.size() - 10) : is_up ? base.substr(0, base.size() - 8) : "";
+    const std::string partner = is_gate ? pair_key + "up_proj.weight" : is_up ? pair_key + "gate_proj.weight" : "";
+    const bool paired = !partner.empty() && selected.count(partner) && selected[partner];
+    if (paired && shared_scale.count(pair_key)) {
+      scale = shared_scale[pair_key];
+    } else {
+      float amax = tensor_amax(in, view);
+      if (paired) {
+        const TensorView other = in.tensor(partner);
+        FP4MOE_CHECK(other.info->shape == view.info->shape, in_dir.string(), ": '", name, "' ", shape_string(view.info->shape),
+                     " and '", partner, "' ", shape_string(other.info->shape), " should have the same shape");
+        amax = std::max(amax, tensor_amax(in, other));
+        scale = weight_scale_for_amax(amax);
+        shared_scale[pair_key] = scale;
+      } else {
+        scale = weight_scale_for_amax(amax);
+      }
+    }
+    const int64_t rows = view.info->shape[0], cols = view.info->shape[1];
+    const int64_t step = chunk_rows(cols);
+    for (int64_t r = 0; r < rows; r += step) {
+      const int64_t n = std::min(step, rows - r);
+      buf.resize(static_cast<size_t>(n * cols));
+      read_as_float(view, r * cols, n * cols, buf.data());
+      in.release(view, static_cast<uint64_t>(r * cols * dtype_size(view.info->dtype)),
+                 static_cast<uint64_t>(n * cols * dtype_size(view.info->dtype)));
+      const Nvfp4Matrix q = quantize_nvfp4_parallel(buf, n, cols, scale);
+      writer.write(base + "weight", q.packed);
+      writer.write(base + "weight_scale", q.scales);
+      advance(static_cast<uint64_t>(n * cols * dtype_size(view.info->dtype)));
+    }
+    writer.write(base + "weight_scale_2", as_bytes(scale));
+    if (w4a4) writer.write(base + "input_scale", as_bytes(input_scale));
+    in.release(view);
+    ++result.quantized;
+  }
+  writer.finish();
+  if (progress) progress->finish();
+  result.bytes_out = writer.total_bytes();
+  result.shards = writer.num_shards();
+
+  QuantConfig quant;
+  quant.quant_algo = options.quant_algo;
+  quant.group_size = kNvfp4BlockSize;
+  quant.producer_name = "fp4moe";
+  quant.producer_version = "quantize";
+  quant.exclude_modules = summarize_excluded_modules(unquantized_linears, quantized_modules);
+  write_json_file(out_dir / "hf_quant_config.json", hf_quant_config_json(quant));
+  if (fs::exists(in_dir / "config.json")) {
+    nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_json_file(in_dir / "config.json").dump());
+    config["quantization_config"] = quantization_config_json(quant);
+    write_json_file(out_dir / "config.json", config);
+  }
+  // Tokenizer, generation config and the like travel with the weights.
+  for (const fs::directory_entry& e : fs::directory_iterator(in_dir)) {
+    const std::string file = e.path().filename().string();
+    if (!e.is_regular_file() || e.path().extension() == ".safetensors" || file == "config.json" ||
+        file == "hf_quant_config.json" || file == "model.safetensors.index.json") {
+      continue;
+    }
+    fs::copy_file(e.path(), out_dir / file, fs::copy_options::overwrite_existing);
+  }
+  return result;
+} catch (const std::filesystem::filesystem_error& e) {
+  fail(e.what());  // names the path and the OS error
+}
+
+}  // namespace fp4moe

@@ -1,0 +1,58 @@
+// Grouped GEMM over the experts of a MoE layer: out[rows of expert e] = A[rows, K] (BF16, sorted rows)
+// x W_e[N, K]^T with W_e NVFP4 in the nvfp4_mma_layout.h layout, dequantized in registers to BF16
+// and multiplied with mma.sync m16n8k16 (SM80 and later), fp32 accumulation, tensor scales in the
+// fp32 epilogue. The M tiles come from launch_moe_align (moe_route_permute.h).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/moe_route_permute.h"
+
+namespace fp4moe {
+
+enum class GemmEpilogue {
+  kSwiglu,       // GEMM1: W rows gate/up interleaved by 8; out BF16 [rows, N/2] = bf16(silu(g) * u)
+  kSwigluNvfp4,  // GEMM1, W4A4: h quantized to NVFP4 with out_scale[e], stored dequantized (without it)
+  kScaleFp32,    // GEMM2: out fp32 [rows, N] = scale_first[e] (* input_scale[e]) * acc
+  kPartialFp32,  // internal (split-K): raw fp32 sums per K split, finished by a reduction kernel
+};
+
+struct GroupedGemmArgs {
+  const void* a = nullptr;              // [T*K, K] BF16, sorted rows
+  const uint8_t* w_packed = nullptr;    // [E][N/8][K/128][512]
+  const uint8_t* w_scales = nullptr;    // [E][N/8][K/128][64]
+  int64_t n = 0;                        // N (multiple of 128)
+  int64_t k = 0;                        // K (multiple of 128)
+  const float* scale_first = nullptr;   // [E] gate_scale2 (GEMM1) or down_scale2 (GEMM2)
+  const float* scale_second = nullptr;  // [E] up_scale2 (GEMM1)
+  const float* input_scale = nullptr;   // [E] activation tensor scale (W4A4) or null (W4A16)
+  const float* out_scale = nullptr;     // [E] w2_input_scale (kSwigluNvfp4)
+  MoeRouteBuffers route;                // tile list, expert offsets
+  int num_experts = 0;
+  int64_t max_tiles = 0;                // grid bound: moe_max_tiles(T, K, E, tile_m)
+  int64_t rows = 0;                     // T*K (sorted rows; the row stride of split-K partials)
+  float* split_workspace = nullptr;     // grouped_gemm_split_workspace_bytes(N); null disables split-K
+  void* out = nullptr;
+};
+
+// Split-K (decode only): with few rows the N/32 x experts warps cannot fill the GPU, so K is split
+// over up to kMaxKSplits CTAs whose fp32 partial sums are added in split order by a second kernel
+// (deterministic). Used when tile_m == 16 and T*K <= kSplitMaxRows.
+inline constexpr int kMaxKSplits = 4;
+inline constexpr int64_t kSplitMaxRows = 256;
+int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m);
+size_t grouped_gemm_split_workspace_bytes(int64_t max_n);
+
+// M tiles with a kernel configuration: 16 (decode: 1 warp x 32 columns per CTA, so every SM streams
+// weights), 64 and 128 (prefill).
+inline constexpr int kGemmTileMs[] = {16, 64, 128};
+// Dynamic shared memory of the configuration for tile_m (to check against the device's opt-in limit).
+size_t grouped_gemm_smem_bytes(int tile_m);
+// Sets the kernels' shared-memory attributes (call once per device before capturing launches).
+void configure_grouped_gemm_kernels();
+void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue epilogue, int tile_m,
+                                     cudaStream_t stream);
+
+}  // namespace fp4moe

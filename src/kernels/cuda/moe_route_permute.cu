@@ -1,0 +1,529 @@
+// Routing, alignment (counting sort by expert), gather and combine kernels of the CUDA MoE pipeline.
+// API and data flow: moe_route_permute.h.
+//
+// route   one warp per token; the token's scores live in shared memory; K rounds of a warp argmax
+//         (ties -> lower expert index). Softmax methods select on the raw logits; weights use precise
+//         weights in double rounded once to fp32, and sigmoid_grouped_topk's s = fp32(1/(1+exp(-l))) in
+//         double, exactly the steps of routing_reference.cpp, so selection matches it bit for bit.
+// align   one CTA of 16 warps, no global atomics: the T*K slots are split into 16 contiguous chunks;
+//         each warp counts its chunk per expert (warp match + popc, a private histogram row), a scan
+//         over (expert, warp) gives every warp its start in every expert, and a second pass writes
+//         each slot's rank. The order is therefore stable by slot, identical on every run.
+// gather  one CTA per sorted row; one thread per 16-value block (the NVFP4 block for W4A4).
+// combine one CTA per token; fixed slot order, products and sums rounded separately (__fmul_rn,
+//         __fadd_rn) exactly as the CPU reference's `acc += w * o` in fp32.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/moe_route_permute.h"
+#include "kernels/cuda/nvfp4_device.cuh"
+
+namespace fp4moe {
+namespace {
+
+constexpr int kRouteWarpsPerBlock = 4;
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxTopK = 32;
+constexpr int kAlignWarps = 16;
+
+struct RouteParams {
+  const float* logits;
+  const float* bias;
+  int32_t* ids;
+  float* weights;
+  int64_t tokens;
+  int num_experts;
+  int top_k;
+  int method;  // RoutingMethod
+  int n_group;
+  int topk_group;
+  float scaling;
+  bool renormalize;
+};
+
+// Candidate (score, index) is better than (best, best_index): higher score, ties to the lower index.
+// An index of -1 is "none yet", beaten by anything (so NaN scores still yield a valid expert).
+__device__ __forceinline__ bool better(float score, int index, float best, int best_index) {
+  if (index < 0) return false;
+  if (best_index < 0) return true;
+  return score > best || (score == best && index < best_index);
+}
+
+__device__ __forceinline__ void warp_argmax(float& score, int& index) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other_score = __shfl_xor_sync(0xFFFFFFFFu, score, offset);
+    const int other_index = __shfl_xor_sync(0xFFFFFFFFu, index, offset);
+    if (better(other_score, other_index, score, index)) {
+      score = other_score;
+      index = other_index;
+    }
+  }
+}
+
+__device__ __forceinline__ double warp_sum(double value) {
+  // Fixed butterfly order: deterministic.
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xFFFFFFFFu, value, offset);
+  return value;
+}
+
+__global__ void route_kernel(RouteParams p) {
+  extern __shared__ float route_smem[];  // [warps][2 * E]: selection score, then value (sigmoid / logit)
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kRouteWarpsPerBlock + warp;
+  if (token >= p.tokens) return;
+  const int E = p.num_experts;
+  float* score = route_smem + static_cast<size_t>(warp) * 2 * E;
+  float* value = score + E;
+  const float* row = p.logits + token * E;
+  const bool sigmoid = p.method == static_cast<int>(RoutingMethod::kSigmoidGroupedTopk);
+  for (int e = lane; e < E; e += 32) {
+    const float l = row[e];
+    if (sigmoid) {
+      // Sigmoid in double, rounded once (as route_reference): identical selection scores.
+      const float s = static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(l))));
+      value[e] = s;
+      score[e] = __fadd_rn(s, p.bias ? p.bias[e] : 0.0f);
+    } else {
+      value[e] = l;
+      score[e] = l;
+    }
+  }
+  __syncwarp();
+
+  // Group restriction (sigmoid_grouped_topk): keep the topk_group groups with the largest sum of their
+  // top-2 selection scores; experts of other groups are excluded (mask in `allowed`, lane-strided bits).
+  uint32_t excluded = 0;  // bit j: expert lane + 32 j is out of the selection
+  if (sigmoid && p.n_group > 1) {
+    const int group_size = E / p.n_group;
+    float group_score = 0.0f;
+    int group_index = -1;
+    if (lane < p.n_group) {
+      float top1 = 0.0f, top2 = 0.0f;
+      int i1 = -1, i2 = -1;
+      for (int e = lane * group_size; e < (lane + 1) * group_size; ++e) {
+        const float s = score[e];
+        if (better(s, e, top1, i1)) {
+          top2 = top1, i2 = i1;
+          top1 = s, i1 = e;
+        } else if (better(s, e, top2, i2)) {
+          top2 = s, i2 = e;
+        }
+      }
+      group_score = i2 >= 0 ? __fadd_rn(top1, top2) : top1;
+      group_index = lane;
+    }
+    uint32_t kept_groups = 0;
+    for (int round = 0; round < p.topk_group; ++round) {
+      float best = group_score;
+      int best_index = (kept_groups >> lane) & 1u ? -1 : group_index;
+      warp_argmax(best, best_index);
+      if (best_index >= 0) kept_groups |= 1u << best_index;
+    }
+    for (int j = 0; lane + 32 * j < E; ++j) {
+      const int group = (lane + 32 * j) / group_size;
+      if (!((kept_groups >> group) & 1u)) excluded |= 1u << j;
+    }
+  }
+
+  // Top-k: K rounds of warp argmax over the lane-strided experts.
+  int my_id = -1;  // lane k < K keeps slot k
+  float my_value = 0.0f;
+  float first_value = 0.0f;
+  for (int k = 0; k < p.top_k; ++k) {
+    float best = 0.0f;
+    int best_index = -1;
+    for (int j = 0; lane + 32 * j < E; ++j) {
+      const int e = lane + 32 * j;
+      if (!((excluded >> j) & 1u) && better(score[e], e, best, best_index)) {
+        best = score[e];
+        best_index = e;
+      }
+    }
+    warp_argmax(best, best_index);
+    if (best_index >= 0 && (best_index % 32) == lane) excluded |= 1u << (best_index / 32);
+    const float v = best_index >= 0 ? value[best_index] : 0.0f;
+    if (k == 0) first_value = v;
+    if (lane == k) {
+      my_id = best_index;
+      my_value = v;
+    }
+  }
+
+  // Weights, in double and rounded once to fp32, as route_reference computes them.
+  float w = 0.0f;
+  const bool mine = lane < p.top_k;
+  switch (static_cast<RoutingMethod>(p.method)) {
+    case RoutingMethod::kSoftmaxTopk: {
+      // The maximum over all logits is the top-1 logit (selection is on the logits).
+      double partial = 0.0;
+      for (int e = lane; e < E; e += 32) partial += exp(static_cast<double>(value[e]) - first_value);
+      const double total = warp_sum(partial);
+      w = mine ? static_cast<float>(exp(static_cast<double>(my_value) - first_value) / total) : 0.0f;
+      break;
+    }
+    case RoutingMethod::kSoftmaxTopkRenorm:
+    case RoutingMethod::kTopkSoftmax: {  // equal in exact arithmetic: the softmax over the selected k
+      const double ex = mine ? exp(static_cast<double>(my_value) - first_value) : 0.0;
+      const double total = warp_sum(ex);
+      w = mine ? static_cast<float>(ex / total) : 0.0f;
+      break;
+    }
+    case RoutingMethod::kSigmoidGroupedTopk: {
+      const double s = mine ? static_cast<double>(my_value) : 0.0;
+      const double total = warp_sum(s);
+      const double factor = p.scaling;
+      w = mine ? static_cast<float>(p.renormalize ? s / (total + 1e-20) * factor : s * factor) : 0.0f;
+      break;
+    }
+  }
+  if (mine) {
+    p.ids[token * p.top_k + lane] = my_id;
+    p.weights[token * p.top_k + lane] = w;
+  }
+}
+
+struct AlignParams {
+  MoeRouteBuffers b;
+  int64_t slots;
+  int num_experts;
+  int tile_m;
+};
+
+// Block-wide exclusive scan of one int per thread (blockDim = kAlignWarps * 32); returns the total.
+__device__ int block_exclusive_scan(int value, int* scratch, int& total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int inclusive = value;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int other = __shfl_up_sync(0xFFFFFFFFu, inclusive, offset);
+    if (lane >= offset) inclusive += other;
+  }
+  if (lane == 31) scratch[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    int w = lane < kAlignWarps ? scratch[lane] : 0;
+    int inc = w;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const int other = __shfl_up_sync(0xFFFFFFFFu, inc, offset);
+      if (lane >= offset) inc += other;
+    }
+    if (lane < kAlignWarps) scratch[lane] = inc - w;
+    if (lane == kAlignWarps - 1) scratch[kAlignWarps] = inc;
+  }
+  __syncthreads();
+  const int result = scratch[warp] + inclusive - value;
+  total = scratch[kAlignWarps];
+  __syncthreads();
+  return result;
+}
+
+__global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) {
+  extern __shared__ int align_smem[];  // hist [kAlignWarps][E], then scan scratch
+  const int E = p.num_experts;
+  int* hist = align_smem;
+  int* scratch = hist + kAlignWarps * E;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int i = threadIdx.x; i < kAlignWarps * E; i += blockDim.x) hist[i] = 0;
+  if (threadIdx.x == 0) scratch[kAlignWarps + 1] = scratch[kAlignWarps + 2] = 0;
+  __syncthreads();
+
+  const int64_t chunk = (p.slots + kAlignWarps - 1) / kAlignWarps;
+  const int64_t begin = min(p.slots, warp * chunk);
+  const int64_t end = min(p.slots, begin + chunk);
+  int* my_hist = hist + warp * E;
+  const uint32_t lower_lanes = (1u << lane) - 1u;
+  // Pass 1: per-warp counts.
+  for (int64_t base = begin; base < end; base += 32) {
+    const int64_t i = base + lane;
+    int e = i < end ? p.b.topk_ids[i] : -1;
+    if (e < 0 || e >= E) e = -1;
+    const uint32_t peers = __match_any_sync(0xFFFFFFFFu, e);
+    if (e >= 0 && (peers & lower_lanes) == 0) my_hist[e] += __popc(peers);
+    __syncwarp();
+  }
+  __syncthreads();
+
+  // Per-expert totals, offsets and tile counts; hist[w][e] becomes warp w's first row in expert e.
+  int expert_total_tiles = 0;
+  for (int e0 = 0; e0 < E; e0 += blockDim.x) {
+    const int e = e0 + threadIdx.x;
+    int count = 0;
+    if (e < E) {
+      for (int w = 0; w < kAlignWarps; ++w) count += hist[w * E + e];
+    }
+    int total = 0;
+    const int offset = block_exclusive_scan(count, scratch, total);
+    const int tiles = (count + p.tile_m - 1) / p.tile_m;
+    int tiles_total = 0;
+    const int tile_offset = block_exclusive_scan(tiles, scratch, tiles_total);
+    const int row_base = scratch[kAlignWarps + 1];    // rows before this batch of experts
+    const int tile_base = scratch[kAlignWarps + 2];  // tiles before this batch of experts
+    if (e < E) {
+      const int first = row_base + offset;
+      p.b.expert_counts[e] = count;
+      p.b.expert_offsets[e] = first;
+      int running = first;
+      for (int w = 0; w < kAlignWarps; ++w) {
+        const int c = hist[w * E + e];
+        hist[w * E + e] = running;
+        running += c;
+      }
+      for (int t = 0; t < tiles; ++t) {
+        p.b.tile_expert[tile_base + tile_offset + t] = e;
+        p.b.tile_row_begin[tile_base + tile_offset + t] = first + t * p.tile_m;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      scratch[kAlignWarps + 1] = row_base + total;
+      scratch[kAlignWarps + 2] = tile_base + tiles_total;
+    }
+    __syncthreads();
+    expert_total_tiles = tile_base + tiles_total;
+  }
+  if (threadIdx.x == 0) {
+    p.b.expert_offsets[E] = scratch[kAlignWarps + 1];
+    *p.b.num_tiles = expert_total_tiles;
+  }
+  __syncthreads();
+
+  // Pass 2: ranks, in slot order within each warp's chunk.
+  for (int64_t base = begin; base < end; base += 32) {
+    const int64_t i = base + lane;
+    int e = i < end ? p.b.topk_ids[i] : -1;
+    if (e < 0 || e >= E) e = -1;
+    const uint32_t peers = __match_any_sync(0xFFFFFFFFu, e);
+    if (e >= 0) {
+      const int row = my_hist[e] + __popc(peers & lower_lanes);
+      p.b.sorted_slots[row] = static_cast<int32_t>(i);
+      p.b.slot_rows[i] = row;
+    } else if (i < end) {
+      p.b.slot_rows[i] = -1;
+    }
+    __syncwarp();
+    if (e >= 0 && (peers & lower_lanes) == 0) my_hist[e] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+__global__ void gather_kernel(const __nv_bfloat16* hidden, MoeRouteBuffers b, int top_k, int64_t hidden_size,
+                              int num_experts, const float* input_scales, __nv_bfloat16* rows) {
+  const int64_t row = blockIdx.x;
+  const int64_t routed = b.expert_offsets[num_experts];
+  __nv_bfloat16* dst = rows + row * hidden_size;
+  const int64_t blocks = hidden_size / 16;
+  if (row >= routed) {
+    for (int64_t blk = threadIdx.x; blk < blocks; blk += blockDim.x) {
+      uint4 zero = make_uint4(0, 0, 0, 0);
+      reinterpret_cast<uint4*>(dst + blk * 16)[0] = zero;
+      reinterpret_cast<uint4*>(dst + blk * 16)[1] = zero;
+    }
+    return;
+  }
+  const int32_t slot = b.sorted_slots[row];
+  const __nv_bfloat16* src = hidden + static_cast<int64_t>(slot / top_k) * hidden_size;
+  const float scale = input_scales ? input_scales[b.topk_ids[slot]] : 0.0f;
+  for (int64_t blk = threadIdx.x; blk < blocks; blk += blockDim.x) {
+    uint4 v0 = reinterpret_cast<const uint4*>(src + blk * 16)[0];
+    uint4 v1 = reinterpret_cast<const uint4*>(src + blk * 16)[1];
+    if (input_scales) {
+      float x[16], q[16];
+      const __nv_bfloat16* h0 = reinterpret_cast<const __nv_bfloat16*>(&v0);
+      const __nv_bfloat16* h1 = reinterpret_cast<const __nv_bfloat16*>(&v1);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        x[i] = __bfloat162float(h0[i]);
+        x[i + 8] = __bfloat162float(h1[i]);
+      }
+      nvfp4_qdq_block(x, scale, q);
+      __nv_bfloat16* o0 = reinterpret_cast<__nv_bfloat16*>(&v0);
+      __nv_bfloat16* o1 = reinterpret_cast<__nv_bfloat16*>(&v1);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        o0[i] = __float2bfloat16_rn(q[i]);  // exact: e2m1 * e4m3
+        o1[i] = __float2bfloat16_rn(q[i + 8]);
+      }
+    }
+    reinterpret_cast<uint4*>(dst + blk * 16)[0] = v0;
+    reinterpret_cast<uint4*>(dst + blk * 16)[1] = v1;
+  }
+}
+
+template <typename In>
+__device__ __forceinline__ float load_as_float(const In* p, int64_t i);
+template <>
+__device__ __forceinline__ float load_as_float<float>(const float* p, int64_t i) { return p[i]; }
+template <>
+__device__ __forceinline__ float load_as_float<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
+  return __bfloat162float(p[i]);
+}
+
+// One CTA per (token, 1024 columns); each thread owns 4 columns. The token's K rows and weights are
+// read once into shared memory, so the K expert-output loads of a thread are independent (in flight
+// together) instead of a chain of dependent index-then-value loads.
+template <typename In>
+__global__ void combine_kernel(const In* expert_out, MoeRouteBuffers b, int top_k, int64_t hidden_size,
+                               __nv_bfloat16* out) {
+  __shared__ int32_t rows[kMaxTopK];
+  __shared__ float weights[kMaxTopK];
+  const int64_t token = blockIdx.x;
+  if (threadIdx.x < top_k) {
+    rows[threadIdx.x] = b.slot_rows[token * top_k + threadIdx.x];
+    weights[threadIdx.x] = b.topk_weights[token * top_k + threadIdx.x];
+  }
+  __syncthreads();
+  const int64_t c = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 4;
+  if (c >= hidden_size) return;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int k = 0; k < top_k; ++k) {
+    if (rows[k] < 0) continue;
+    const int64_t base = static_cast<int64_t>(rows[k]) * hidden_size + c;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(weights[k], load_as_float(expert_out, base + i)));
+  }
+  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out + token * hidden_size + c);
+  dst[0] = __floats2bfloat162_rn(acc[0], acc[1]);
+  dst[1] = __floats2bfloat162_rn(acc[2], acc[3]);
+}
+
+__global__ void swiglu_kernel(const float* gate_up, int64_t rows, int64_t inter, __nv_bfloat16* h) {
+  const int64_t total = rows * inter;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / inter, c = i % inter;
+    h[i] = __float2bfloat16_rn(swiglu_fp32(gate_up[r * 2 * inter + c], gate_up[r * 2 * inter + inter + c]));
+  }
+}
+
+size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+int64_t moe_max_tiles(int64_t tokens, int top_k, int num_experts, int tile_m) {
+  const int64_t slots = tokens * top_k;
+  return (slots + tile_m - 1) / tile_m + std::min<int64_t>(num_experts, slots);
+}
+
+size_t moe_route_workspace_bytes(int64_t max_tokens, int top_k, int num_experts, int tile_m) {
+  const size_t slots = static_cast<size_t>(max_tokens * top_k);
+  const size_t tiles = static_cast<size_t>(std::max<int64_t>(1, moe_max_tiles(max_tokens, top_k, num_experts, tile_m)));
+  return 4 * align_up(slots * 4) + align_up(num_experts * 4) + align_up((num_experts + 1) * 4) +
+         2 * align_up(tiles * 4) + align_up(4);
+}
+
+MoeRouteBuffers carve_moe_route_workspace(void* workspace, int64_t max_tokens, int top_k, int num_experts,
+                                          int tile_m) {
+  const size_t slots = static_cast<size_t>(max_tokens * top_k);
+  const size_t tiles = static_cast<size_t>(std::max<int64_t>(1, moe_max_tiles(max_tokens, top_k, num_experts, tile_m)));
+  char* p = static_cast<char*>(workspace);
+  auto take = [&p](size_t bytes) {
+    char* q = p;
+    p += align_up(bytes);
+    return q;
+  };
+  MoeRouteBuffers b;
+  b.topk_ids = reinterpret_cast<int32_t*>(take(slots * 4));
+  b.topk_weights = reinterpret_cast<float*>(take(slots * 4));
+  b.sorted_slots = reinterpret_cast<int32_t*>(take(slots * 4));
+  b.slot_rows = reinterpret_cast<int32_t*>(take(slots * 4));
+  b.expert_counts = reinterpret_cast<int32_t*>(take(num_experts * 4));
+  b.expert_offsets = reinterpret_cast<int32_t*>(take((num_experts + 1) * 4));
+  b.tile_expert = reinterpret_cast<int32_t*>(take(tiles * 4));
+  b.tile_row_begin = reinterpret_cast<int32_t*>(take(tiles * 4));
+  b.num_tiles = reinterpret_cast<int32_t*>(take(4));
+  return b;
+}
+
+void launch_moe_route(const RoutingConfig& config, const float* router_logits, const float* correction_bias,
+                      int64_t tokens, int32_t* topk_ids, float* topk_weights, cudaStream_t stream) {
+  const int E = config.num_experts, K = config.top_k;
+  FP4MOE_CHECK(E >= 1 && E <= kMaxExperts, "launch_moe_route: num_experts must be in [1, ", kMaxExperts, "], got ", E);
+  FP4MOE_CHECK(K >= 1 && K <= kMaxTopK && K <= E, "launch_moe_route: top_k must be in [1, min(32, E)], got ", K);
+  if (config.method == RoutingMethod::kSigmoidGroupedTopk) {
+    FP4MOE_CHECK(config.n_group >= 1 && config.n_group <= 32 && E % config.n_group == 0,
+                 "launch_moe_route: n_group must divide E and be <= 32, got ", config.n_group);
+    FP4MOE_CHECK(config.topk_group >= 1 && config.topk_group <= config.n_group,
+                 "launch_moe_route: topk_group must be in [1, n_group], got ", config.topk_group);
+    FP4MOE_CHECK(config.topk_group * (E / config.n_group) >= K,
+                 "launch_moe_route: the kept groups hold fewer experts than top_k");
+  }
+  FP4MOE_CHECK(tokens >= 0, "launch_moe_route: negative token count ", tokens);
+  if (tokens == 0) return;
+  RouteParams p{router_logits, correction_bias, topk_ids, topk_weights, tokens, E, K, static_cast<int>(config.method),
+                config.n_group, config.topk_group, config.routed_scaling_factor, config.renormalize};
+  const size_t smem = static_cast<size_t>(kRouteWarpsPerBlock) * 2 * E * sizeof(float);
+  const unsigned blocks = static_cast<unsigned>((tokens + kRouteWarpsPerBlock - 1) / kRouteWarpsPerBlock);
+  route_kernel<<<blocks, kRouteWarpsPerBlock * 32, smem, stream>>>(p);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_align(const MoeRouteBuffers& buffers, int64_t tokens, int top_k, int num_experts, int tile_m,
+                      cudaStream_t stream) {
+  FP4MOE_CHECK(num_experts >= 1 && num_experts <= kMaxExperts, "launch_moe_align: bad num_experts ", num_experts);
+  FP4MOE_CHECK(tile_m >= 1, "launch_moe_align: tile_m must be >= 1, got ", tile_m);
+  FP4MOE_CHECK(tokens >= 0 && tokens * top_k < (int64_t{1} << 30), "launch_moe_align: bad token count ", tokens);
+  AlignParams p{buffers, tokens * top_k, num_experts, tile_m};
+  const size_t smem = (static_cast<size_t>(kAlignWarps) * num_experts + kAlignWarps + 3) * sizeof(int);
+  static bool configured = false;  // the attribute is per function; 66 KB at E = 1024
+  if (!configured) {
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(align_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>((kAlignWarps * kMaxExperts + kAlignWarps + 3) * sizeof(int))));
+    configured = true;
+  }
+  align_kernel<<<1, kAlignWarps * 32, smem, stream>>>(p);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_gather(const void* hidden_bf16, const MoeRouteBuffers& buffers, int64_t tokens, int top_k,
+                       int num_experts, int64_t hidden_size, const float* input_scales, void* rows_bf16,
+                       cudaStream_t stream) {
+  FP4MOE_CHECK(hidden_size > 0 && hidden_size % 16 == 0,
+               "launch_moe_gather: hidden size must be a positive multiple of 16, got ", hidden_size);
+  const int64_t rows = tokens * top_k;
+  if (rows == 0) return;
+  const int threads = static_cast<int>(std::min<int64_t>(256, (hidden_size / 16 + 31) / 32 * 32));
+  gather_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(hidden_bf16), buffers, top_k, hidden_size, num_experts, input_scales,
+      static_cast<__nv_bfloat16*>(rows_bf16));
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_combine(const float* expert_out, const MoeRouteBuffers& buffers, int64_t tokens, int top_k,
+                        int64_t hidden_size, void* out_bf16, cudaStream_t stream) {
+  FP4MOE_CHECK(hidden_size > 0 && hidden_size % 4 == 0, "launch_moe_combine: hidden size must be a multiple of 4, got ", hidden_size);
+  FP4MOE_CHECK(top_k >= 1 && top_k <= kMaxTopK, "launch_moe_combine: top_k must be in [1, 32], got ", top_k);
+  if (tokens == 0) return;
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden_size / 4 + 255) / 256));
+  combine_kernel<float><<<grid, 256, 0, stream>>>(
+      expert_out, buffers, top_k, hidden_size, static_cast<__nv_bfloat16*>(out_bf16));
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_combine_bf16(const void* expert_out_bf16, const MoeRouteBuffers& buffers, int64_t tokens,
+                             int top_k, int64_t hidden_size, void* out_bf16, cudaStream_t stream) {
+  FP4MOE_CHECK(hidden_size > 0 && hidden_size % 4 == 0, "launch_moe_combine_bf16: hidden size must be a multiple of 4, got ", hidden_size);
+  FP4MOE_CHECK(top_k >= 1 && top_k <= kMaxTopK, "launch_moe_combine_bf16: top_k must be in [1, 32], got ", top_k);
+  if (tokens == 0) return;
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden_size / 4 + 255) / 256));
+  combine_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(expert_out_bf16), buffers, top_k, hidden_size,
+      static_cast<__nv_bfloat16*>(out_bf16));
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_moe_swiglu(const float* gate_up, int64_t rows, int64_t inter, void* h_bf16, cudaStream_t stream) {
+  if (rows * inter == 0) return;
+  const int64_t blocks = std::min<int64_t>((rows * inter + 255) / 256, 65535);
+  swiglu_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(gate_up, rows, inter,
+                                                                  static_cast<__nv_bfloat16*>(h_bf16));
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace fp4moe

@@ -1,0 +1,51 @@
+// Host repacking into the sm80 grouped-GEMM weight layout; the layout is described in nvfp4_mma_layout.h.
+#include "kernels/cuda/nvfp4_mma_layout.h"
+
+#include <cstring>
+
+#include "common/error.h"
+
+namespace fp4moe {
+
+void repack_nvfp4_for_mma(const Nvfp4View& m, std::span<const int64_t> source_rows, uint8_t* packed_out,
+                          uint8_t* scales_out) {
+  const int64_t N = m.rows, K = m.cols;
+  FP4MOE_CHECK(K % kMmaChunkK == 0, "repack_nvfp4_for_mma: K (", K, ") must be a multiple of ", kMmaChunkK);
+  FP4MOE_CHECK(N % kMmaRowGroup == 0, "repack_nvfp4_for_mma: N (", N, ") must be a multiple of ", kMmaRowGroup);
+  FP4MOE_CHECK(source_rows.empty() || static_cast<int64_t>(source_rows.size()) == N,
+               "repack_nvfp4_for_mma: row order has ", source_rows.size(), " entries for ", N, " rows");
+  const int64_t chunks = K / kMmaChunkK;
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t src = source_rows.empty() ? r : source_rows[r];
+    FP4MOE_CHECK(src >= 0 && src < N, "repack_nvfp4_for_mma: source row ", src, " out of [0, ", N, ")");
+    const uint8_t* row = m.packed + src * K / 2;
+    const uint8_t* srow = m.scales + src * K / 16;
+    const int64_t nb = r / kMmaRowGroup, g = r % kMmaRowGroup;
+    auto code = [row](int64_t k) -> uint32_t { return (k & 1) ? (row[k / 2] >> 4) : (row[k / 2] & 0xF); };
+    for (int64_t kc = 0; kc < chunks; ++kc) {
+      uint8_t* tile = packed_out + (nb * chunks + kc) * 512;
+      const int64_t k0 = kc * kMmaChunkK;
+      for (int t = 0; t < 4; ++t) {
+        for (int j = 0; j < 4; ++j) {
+          const int64_t k = k0 + 32 * j + 2 * t;
+          const uint32_t word = code(k) | code(k + 8) << 4 | code(k + 16) << 8 | code(k + 24) << 12 |
+                                code(k + 1) << 16 | code(k + 9) << 20 | code(k + 17) << 24 | code(k + 25) << 28;
+          std::memcpy(tile + (4 * g + t) * 16 + 4 * j, &word, 4);  // little-endian word
+        }
+      }
+      std::memcpy(scales_out + (nb * chunks + kc) * 64 + g * 8, srow + kc * 8, 8);
+    }
+  }
+}
+
+std::vector<int64_t> gate_up_interleaved_rows(int64_t inter) {
+  FP4MOE_CHECK(inter % kMmaRowGroup == 0, "gate/up interleave: I (", inter, ") must be a multiple of 8");
+  std::vector<int64_t> rows(static_cast<size_t>(2 * inter));
+  for (int64_t r = 0; r < 2 * inter; ++r) {
+    const int64_t j = r / 16, i = r % 16;
+    rows[r] = i < 8 ? 8 * j + i : inter + 8 * j + (i - 8);
+  }
+  return rows;
+}
+
+}  // namespace fp4moe

@@ -1,0 +1,36 @@
+// run_qualification: the parent side of `fp4moe qualify` (architecture.md, "Qualification and
+// dispatch"). For each backend it starts a worker child process (qualify/worker.h) with a time
+// limit, then judges every probe output itself against cpu.reference on the same quantized values:
+// a crash (signal, CUDA fault), a hang (time limit), NaN/Inf, unwritten elements or an error over
+// the budget rejects the backend, with the reason and the measured metrics. Passing backends are
+// timed per token bucket; the fastest qualified one is chosen per bucket.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/moe_problem.h"
+#include "qualify/verdict.h"
+
+namespace fp4moe {
+
+struct QualifyRequest {
+  MoeProblem problem;
+  uint64_t weight_seed = 1;
+  int64_t max_tokens = 4096;            // serving maximum: the largest probe
+  std::vector<int64_t> timing_tokens;   // token buckets to time (each <= max_tokens)
+  int timing_replays = 20;
+  std::vector<std::string> backend_ids; // in preferred order
+  std::vector<std::string> worker_command;  // argv prefix of the worker; "--job FILE" is appended
+  double timeout_seconds = 600.0;       // per backend
+  VerdictKey key;                       // device, driver, build, problem (filled by the caller)
+  std::function<void(const std::string&)> log = [](const std::string&) {};
+};
+
+Verdict run_qualification(const QualifyRequest& request);
+
+// Tokens buckets from 1 to max_tokens: powers of two, plus max_tokens itself.
+std::vector<int64_t> default_timing_tokens(int64_t max_tokens);
+
+}  // namespace fp4moe

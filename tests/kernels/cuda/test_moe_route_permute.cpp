@@ -1,0 +1,191 @@
+// Routing, alignment and gather kernels (moe_route_permute.h) against independent host computations:
+// routing vs route_reference (identical ids, weights to fp32 rounding), the counting sort vs a host
+// stable sort (including invalid ids and one-expert skew), W4A4 gather vs format/nvfp4.h bit for bit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "format/fp_codes.h"
+#include "format/nvfp4.h"
+#include "format/synthetic.h"
+#include "gpu_test_util.h"
+#include "kernels/cpu/moe_reference.h"
+#include "kernels/cuda/moe_route_permute.h"
+
+namespace fp4moe {
+namespace {
+
+struct RouteCase {
+  const char* name;
+  RoutingConfig config;
+};
+
+std::vector<RouteCase> route_cases() {
+  std::vector<RouteCase> cases;
+  RoutingConfig c;
+  c.method = RoutingMethod::kSoftmaxTopkRenorm, c.num_experts = 512, c.top_k = 10;
+  cases.push_back({"softmax_topk_renorm E512 K10", c});
+  c.method = RoutingMethod::kSoftmaxTopk, c.num_experts = 128, c.top_k = 8;
+  cases.push_back({"softmax_topk E128 K8", c});
+  c.method = RoutingMethod::kTopkSoftmax, c.num_experts = 8, c.top_k = 2;
+  cases.push_back({"topk_softmax E8 K2", c});
+  c.method = RoutingMethod::kSigmoidGroupedTopk, c.num_experts = 256, c.top_k = 8, c.n_group = 8, c.topk_group = 4;
+  c.routed_scaling_factor = 2.5f;
+  cases.push_back({"sigmoid_grouped E256 K8 g8/4", c});
+  c.renormalize = false, c.n_group = 1, c.topk_group = 1, c.num_experts = 64, c.top_k = 6;
+  cases.push_back({"sigmoid no-renorm E64 K6", c});
+  return cases;
+}
+
+TEST(CudaMoeRoute, MatchesRouteReference) {
+  FP4MOE_REQUIRE_SM80(device);
+  for (const RouteCase& rc : route_cases()) {
+    for (int64_t tokens : {1, 7, 257}) {
+      const RoutingConfig& c = rc.config;
+      const int64_t E = c.num_experts, K = c.top_k;
+      std::vector<float> logits = test::random_logits(tokens, E, 11 + tokens);
+      // Exact ties: copy some logits within a row, so tie-breaking is exercised.
+      for (int64_t t = 0; t < tokens; ++t) logits[t * E + E - 1] = logits[t * E + 1];
+      std::vector<float> bias(static_cast<size_t>(E));
+      for (int64_t e = 0; e < E; ++e) bias[e] = 0.01f * static_cast<float>((e * 37) % 11) - 0.05f;
+      const bool grouped = c.method == RoutingMethod::kSigmoidGroupedTopk;
+      std::vector<int32_t> ref_ids(tokens * K);
+      std::vector<float> ref_w(tokens * K);
+      route_reference(c, logits, tokens, grouped ? bias.data() : nullptr, ref_ids, ref_w);
+
+      DeviceBuffer d_logits = DeviceBuffer::from_host(logits), d_bias = DeviceBuffer::from_host(bias);
+      DeviceBuffer d_ids(tokens * K * 4), d_w(tokens * K * 4);
+      launch_moe_route(c, d_logits.as<float>(), grouped ? d_bias.as<float>() : nullptr, tokens, d_ids.as<int32_t>(),
+                       d_w.as<float>(), nullptr);
+      FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto ids = d_ids.to_host<int32_t>();
+      const auto w = d_w.to_host<float>();
+      int mismatches = 0;
+      for (int64_t i = 0; i < tokens * K && mismatches < 5; ++i) {
+        if (ids[i] != ref_ids[i]) {
+          ++mismatches;
+          ADD_FAILURE() << rc.name << " T=" << tokens << " slot " << i << ": id " << ids[i] << " vs reference " << ref_ids[i];
+        }
+        EXPECT_NEAR(w[i], ref_w[i], 2e-7 * std::fabs(ref_w[i]) + 1e-30) << rc.name << " T=" << tokens << " slot " << i;
+      }
+    }
+  }
+}
+
+// Host expectation of launch_moe_align: stable counting sort by expert.
+TEST(CudaMoeAlign, StableCountingSortAndTiles) {
+  FP4MOE_REQUIRE_SM80(device);
+  const int E = 64, K = 4;
+  for (int variant = 0; variant < 3; ++variant) {
+    for (int tile_m : {16, 64, 128}) {
+      const int64_t T = 1000;
+      Rng rng(variant * 100 + tile_m);
+      std::vector<int32_t> ids(T * K);
+      for (int64_t i = 0; i < T * K; ++i) {
+        ids[i] = static_cast<int32_t>(rng.below(E));
+        if (variant == 1 && i % K == 0) ids[i] = E - 1;  // the last expert in every token
+        if (variant == 1 && i % K != 0) ids[i] = static_cast<int32_t>(rng.below(3));  // most experts empty
+      }
+      if (variant == 2) {  // invalid ids (impossible from routing, guarded anyway)
+        ids[5] = -1;
+        ids[17] = E;
+        ids[T * K - 1] = 1 << 20;
+      }
+      const size_t bytes = moe_route_workspace_bytes(T, K, E, tile_m);
+      DeviceBuffer ws(bytes);
+      FP4MOE_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, bytes));
+      const MoeRouteBuffers b = carve_moe_route_workspace(ws.get(), T, K, E, tile_m);
+      FP4MOE_CUDA_CHECK(cudaMemcpy(b.topk_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+      launch_moe_align(b, T, K, E, tile_m, nullptr);
+      FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+      auto fetch = [](const int32_t* p, size_t n) {
+        std::vector<int32_t> v(n);
+        FP4MOE_CUDA_CHECK(cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost));
+        return v;
+      };
+      const auto counts = fetch(b.expert_counts, E), offsets = fetch(b.expert_offsets, E + 1);
+      const auto sorted = fetch(b.sorted_slots, T * K), slot_rows = fetch(b.slot_rows, T * K);
+      const int32_t num_tiles = fetch(b.num_tiles, 1)[0];
+      const auto tile_e = fetch(b.tile_expert, std::max(0, num_tiles)), tile_r = fetch(b.tile_row_begin, std::max(0, num_tiles));
+
+      std::vector<std::vector<int32_t>> expected(E);
+      for (int64_t i = 0; i < T * K; ++i)
+        if (ids[i] >= 0 && ids[i] < E) expected[ids[i]].push_back(static_cast<int32_t>(i));
+      int32_t row = 0, tiles = 0;
+      const std::string label = "variant " + std::to_string(variant) + " tile_m " + std::to_string(tile_m);
+      for (int e = 0; e < E; ++e) {
+        ASSERT_EQ(counts[e], static_cast<int32_t>(expected[e].size())) << label << " expert " << e;
+        ASSERT_EQ(offsets[e], row) << label << " expert " << e;
+        for (size_t j = 0; j < expected[e].size(); ++j) {
+          ASSERT_EQ(sorted[row + j], expected[e][j]) << label << " expert " << e << " position " << j;
+          ASSERT_EQ(slot_rows[expected[e][j]], row + static_cast<int32_t>(j)) << label;
+        }
+        for (int32_t r = 0; r < static_cast<int32_t>(expected[e].size()); r += tile_m, ++tiles) {
+          ASSERT_LT(tiles, num_tiles) << label;
+          EXPECT_EQ(tile_e[tiles], e) << label << " tile " << tiles;
+          EXPECT_EQ(tile_r[tiles], row + r) << label << " tile " << tiles;
+        }
+        row += static_cast<int32_t>(expected[e].size());
+      }
+      EXPECT_EQ(offsets[E], row) << label;
+      EXPECT_EQ(num_tiles, tiles) << label;
+      EXPECT_LE(num_tiles, moe_max_tiles(T, K, E, tile_m)) << label;
+      for (int64_t i = 0; i < T * K; ++i)
+        if (ids[i] < 0 || ids[i] >= E) {
+          EXPECT_EQ(slot_rows[i], -1) << label << " invalid slot " << i;
+        }
+    }
+  }
+}
+
+// W4A4 gather = ModelOpt NVFP4 quantization with the expert's input scale, bit for bit, stored as
+// e2m1 * e4m3 (the input scale is the GEMM epilogue's); W4A16 gather = a plain copy.
+TEST(CudaMoeGather, W4A4QuantizationIsBitExact) {
+  FP4MOE_REQUIRE_SM80(device);
+  const int64_t T = 37, K = 3, H = 512;
+  const int E = 8;
+  std::vector<float> hidden = synthetic_activations(T, H, 5, 1.0);
+  for (int64_t c = 0; c < 16; ++c) hidden[3 * H + c] = 0.0f;  // an all-zero block
+  for (int64_t c = 16; c < 32; ++c) hidden[4 * H + c] *= 4096.0f;  // saturating blocks (scale clamps to 448)
+  for (int64_t c = 32; c < 48; ++c) hidden[5 * H + c] = round_to_bf16(hidden[5 * H + c] * 1e-4f);  // tiny: subnormal scales
+  std::vector<float> scales(E);
+  for (int e = 0; e < E; ++e) scales[e] = nvfp4_tensor_scale_for_amax(0.5f + 3.0f * e);
+  std::vector<int32_t> ids(T * K);
+  for (int64_t i = 0; i < T * K; ++i) ids[i] = static_cast<int32_t>((i * 5 + i / K) % E);
+
+  const size_t bytes = moe_route_workspace_bytes(T, K, E, 16);
+  DeviceBuffer ws(bytes);
+  const MoeRouteBuffers b = carve_moe_route_workspace(ws.get(), T, K, E, 16);
+  FP4MOE_CUDA_CHECK(cudaMemcpy(b.topk_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  launch_moe_align(b, T, K, E, 16, nullptr);
+  DeviceBuffer d_hidden = DeviceBuffer::from_host(test::to_bf16_bits(hidden)), d_scales = DeviceBuffer::from_host(scales);
+  DeviceBuffer d_rows(T * K * H * 2);
+  std::vector<int32_t> sorted(T * K);
+  for (bool w4a4 : {false, true}) {
+    launch_moe_gather(d_hidden.get(), b, T, K, E, H, w4a4 ? d_scales.as<float>() : nullptr, d_rows.get(), nullptr);
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    FP4MOE_CUDA_CHECK(cudaMemcpy(sorted.data(), b.sorted_slots, sorted.size() * 4, cudaMemcpyDeviceToHost));
+    const auto rows = d_rows.to_host<uint16_t>();
+    int64_t bad = 0;
+    for (int64_t r = 0; r < T * K; ++r) {
+      const int32_t slot = sorted[r];
+      const std::span<const float> x(hidden.data() + (slot / K) * H, static_cast<size_t>(H));
+      std::vector<float> expected(x.begin(), x.end());
+      if (w4a4) {
+        const Nvfp4Matrix q = quantize_nvfp4(x, 1, H, scales[ids[slot]]);
+        for (int64_t c = 0; c < H; ++c)
+          expected[c] = e2m1_decode(nvfp4_code_at(q.view(), 0, c)) * e4m3_decode(q.scales[c / 16]);
+      }
+      for (int64_t c = 0; c < H; ++c) {
+        if (bf16_to_float(rows[r * H + c]) != expected[c] && bad++ < 5)
+          ADD_FAILURE() << (w4a4 ? "W4A4" : "W4A16") << " row " << r << " col " << c << ": "
+                        << bf16_to_float(rows[r * H + c]) << " vs " << expected[c];
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+}  // namespace
+}  // namespace fp4moe

@@ -1,0 +1,60 @@
+// The sm80 GEMM weight layout (kernels/cuda/nvfp4_mma_layout.h), host side: decoding the repacked
+// bytes with the documented lane/word/nibble formula gives back every original code and scale, and
+// the gate/up interleave puts matching rows side by side.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "kernels/cuda/nvfp4_mma_layout.h"
+
+namespace fp4moe {
+namespace {
+
+TEST(Nvfp4MmaLayout, RepackedNibblesFollowTheFragmentFormula) {
+  const int64_t N = 24, K = 256;
+  Rng rng(3);
+  std::vector<uint8_t> packed(N * K / 2), scales(N * K / 16);
+  for (auto& b : packed) b = static_cast<uint8_t>(rng.below(256));
+  for (auto& s : scales) s = static_cast<uint8_t>(rng.below(0x7F));
+  const Nvfp4View view{packed.data(), scales.data(), 1.0f, N, K};
+  std::vector<int64_t> order(N);
+  for (int64_t r = 0; r < N; ++r) order[r] = (r * 7) % N;  // a permutation (7 is prime to 24)
+  std::vector<uint8_t> out(N * K / 2), out_scales(N * K / 16);
+  repack_nvfp4_for_mma(view, order, out.data(), out_scales.data());
+  const int64_t chunks = K / 128;
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t nb = r / 8, g = r % 8, src = order[r];
+    for (int64_t kc = 0; kc < chunks; ++kc) {
+      for (int t = 0; t < 4; ++t) {
+        for (int j = 0; j < 4; ++j) {
+          const uint8_t* w = out.data() + (nb * chunks + kc) * 512 + (4 * g + t) * 16 + 4 * j;
+          const uint32_t word = w[0] | w[1] << 8 | w[2] << 16 | static_cast<uint32_t>(w[3]) << 24;
+          for (int step = 0; step < 2; ++step) {
+            const int64_t base = kc * 128 + 32 * j + 16 * step + 2 * t;
+            const int64_t ks[4] = {base, base + 1, base + 8, base + 9};     // b0.lo, b0.hi, b1.lo, b1.hi
+            const int nibbles[4] = {2 * step, 2 * step + 4, 2 * step + 1, 2 * step + 5};
+            for (int q = 0; q < 4; ++q)
+              ASSERT_EQ((word >> (4 * nibbles[q])) & 0xF, nvfp4_code_at(view, src, ks[q]))
+                  << "row " << r << " k " << ks[q];
+          }
+        }
+        for (int s = 0; s < 8; ++s)
+          ASSERT_EQ(out_scales[(nb * chunks + kc) * 64 + g * 8 + s], scales[src * K / 16 + kc * 8 + s]);
+      }
+    }
+  }
+}
+
+TEST(Nvfp4MmaLayout, GateUpInterleaveAndBadShapes) {
+  const std::vector<int64_t> rows = gate_up_interleaved_rows(16);
+  const std::vector<int64_t> expected = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23,
+                                         8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+  EXPECT_EQ(rows, expected);
+  EXPECT_THROW(gate_up_interleaved_rows(12), Error);
+  std::vector<uint8_t> packed(8 * 64 / 2), scales(8 * 64 / 16), out(packed.size()), out_s(scales.size());
+  const Nvfp4View bad_k{packed.data(), scales.data(), 1.0f, 8, 64};  // K not a multiple of 128
+  EXPECT_THROW(repack_nvfp4_for_mma(bad_k, {}, out.data(), out_s.data()), Error);
+}
+
+}  // namespace
+}  // namespace fp4moe

@@ -1,0 +1,328 @@
+// cuda.sm80.pipeline.v1 end to end against the CPU reference (moe_reference): model shapes
+// (qwen3.5-397b-a17b, qwen3-30b-a3b, a DeepSeek-V3-shaped sigmoid-grouped problem), token counts 1..4096
+// (sampled rows for large T), seeds, W4A16 and W4A4, adversarial routing from crafted logits, E4M3
+// extreme block scales, CUDA-graph replay == eager, run-to-run bit identity, and a tiny case for
+// compute-sanitizer. Outputs are poisoned before every run; the workspace starts as 0xFF bytes.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <functional>
+
+#include "backends/cuda_sm80_pipeline.h"
+#include "backends/registry.h"
+#include "format/fp_codes.h"
+#include "format/synthetic.h"
+#include "gpu_test_util.h"
+#include "io/presets.h"
+#include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"
+#include "kernels/cpu/moe_reference.h"
+
+namespace fp4moe {
+namespace {
+
+constexpr const char* kBackendId = "cuda.sm80.pipeline.v1";
+
+class Runner {
+ public:
+  Runner(const MoeProblem& problem, const MoeWeights& weights, int64_t max_tokens, const DeviceInfo& device)
+      : problem_(problem) {
+    backend_ = find_moe_backend(kBackendId);
+    const Support s = backend_->supports(problem, device);
+    EXPECT_TRUE(s.ok) << s.reason;
+    prepared_ = backend_->prepare(problem, weights, max_tokens, device);
+    workspace_ = DeviceBuffer(prepared_->workspace_bytes());
+    FP4MOE_CUDA_CHECK(cudaMemset(workspace_.get(), 0xFF, workspace_.bytes()));
+  }
+
+  // Uploads the inputs (kept for replays), poisons the output, runs eagerly on `stream`.
+  std::vector<uint16_t> run(const std::vector<float>& hidden, const std::vector<float>& logits,
+                            const std::vector<float>* bias, int64_t tokens, cudaStream_t stream = nullptr) {
+    upload(hidden, logits, bias, tokens);
+    prepared_->run(args(tokens, stream));
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return out_.to_host<uint16_t>();
+  }
+
+  // Captures one run into a CUDA graph, replays it twice on a poisoned output.
+  std::vector<uint16_t> run_graph(int64_t tokens) {
+    cudaStream_t stream;
+    FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    poison();
+    cudaGraph_t graph;
+    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    prepared_->run(args(tokens, stream));
+    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec;
+    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    poison();
+    FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    FP4MOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    FP4MOE_CUDA_CHECK(cudaGraphDestroy(graph));
+    FP4MOE_CUDA_CHECK(cudaStreamDestroy(stream));
+    return out_.to_host<uint16_t>();
+  }
+
+ private:
+  void upload(const std::vector<float>& hidden, const std::vector<float>& logits, const std::vector<float>* bias,
+              int64_t tokens) {
+    hidden_ = DeviceBuffer::from_host(test::to_bf16_bits(hidden));
+    logits_ = DeviceBuffer::from_host(logits);
+    bias_ = bias ? DeviceBuffer::from_host(*bias) : DeviceBuffer();
+    out_ = DeviceBuffer(static_cast<size_t>(tokens * problem_.hidden * 2));
+    poison();
+  }
+  void poison() {
+    std::vector<uint16_t> p(out_.bytes() / 2, kBf16Poison);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(out_.get(), p.data(), out_.bytes(), cudaMemcpyHostToDevice));
+  }
+  MoeRunArgs args(int64_t tokens, cudaStream_t stream) {
+    MoeRunArgs a;
+    a.hidden = hidden_.get();
+    a.router_logits = logits_.as<float>();
+    a.correction_bias = bias_.bytes() ? bias_.as<float>() : nullptr;
+    a.tokens = tokens;
+    a.out = out_.get();
+    a.workspace = workspace_.get();
+    a.stream = stream;
+    return a;
+  }
+
+  MoeProblem problem_;
+  std::unique_ptr<MoeBackend> backend_;
+  std::unique_ptr<PreparedMoe> prepared_;
+  DeviceBuffer workspace_, hidden_, logits_, bias_, out_;
+};
+
+// Runs one case on the GPU and the reference; checks coverage, finiteness and the budget.
+void check_case(Runner& runner, const MoeProblem& problem, const MoeWeights& weights, const std::vector<float>& hidden,
+                const std::vector<float>& logits, const std::vector<float>* bias, int64_t tokens, uint64_t seed,
+                const std::string& label) {
+  const std::vector<uint16_t> out = runner.run(hidden, logits, bias, tokens);
+  test::expect_all_written_and_finite(out, label);
+  const std::vector<int64_t> rows = test::sample_rows(tokens, seed);
+  std::vector<float> ref(static_cast<size_t>(tokens * problem.hidden), 0.0f);
+  MoeReferenceOptions options;
+  if (static_cast<int64_t>(rows.size()) < tokens) options.token_rows = rows;
+  moe_reference(problem, weights, hidden, logits, bias ? bias->data() : nullptr, tokens, ref, options);
+  const CompareResult r = test::expect_within_budget(out, ref, tokens, problem.hidden, rows, problem.activation_mode, label);
+  std::printf("[ result ] %-58s rows=%-4zu nerr=%.3e row_nerr=%.3e max_abs=%.3e\n", label.c_str(), rows.size(),
+              r.normalized_error, r.max_row_normalized_error, r.max_abs_error);
+}
+
+MoeProblem with_mode(MoeProblem p, ActivationMode mode) {
+  p.activation_mode = mode;
+  return p;
+}
+
+void sweep_model(const MoeProblem& base, const MoeWeights& weights, const DeviceInfo& device,
+                 const std::vector<int64_t>& token_counts, const std::vector<uint64_t>& seeds, int64_t multi_seed_max_t,
+                 const std::string& name) {
+  const bool grouped = base.routing.method == RoutingMethod::kSigmoidGroupedTopk;
+  for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
+    const MoeProblem problem = with_mode(base, mode);
+    Runner runner(problem, weights, token_counts.back(), device);
+    for (int64_t T : token_counts) {
+      for (uint64_t seed : seeds) {
+        if (seed != seeds.front() && T > multi_seed_max_t) continue;
+        const std::vector<float> hidden = synthetic_activations(T, problem.hidden, seed * 1000 + T);
+        const std::vector<float> logits = test::random_logits(T, problem.num_experts, seed * 7777 + T);
+        std::vector<float> bias;
+        if (grouped) bias = test::random_logits(1, problem.num_experts, seed, 0.05);
+        check_case(runner, problem, weights, hidden, logits, grouped ? &bias : nullptr, T, seed,
+                   name + " " + std::string(to_string(mode)) + " T=" + std::to_string(T) + " seed=" + std::to_string(seed));
+      }
+    }
+  }
+}
+
+const std::vector<int64_t> kTokenCounts = {1, 3, 16, 64, 257, 1024, 4096};
+
+TEST(CudaSm80Pipeline, Qwen35_397B) {
+  FP4MOE_REQUIRE_SM80(device);
+  const MoeProblem problem = moe_problem_for(model_preset("qwen3.5-397b-a17b"), ActivationMode::kW4A16);
+  const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 397);
+  sweep_model(problem, weights, *device, kTokenCounts, {1, 2}, 64, "qwen3.5-397b");
+}
+
+TEST(CudaSm80Pipeline, Qwen3_30B) {
+  FP4MOE_REQUIRE_SM80(device);
+  const MoeProblem problem = moe_problem_for(model_preset("qwen3-30b-a3b"), ActivationMode::kW4A16);
+  const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 30);
+  sweep_model(problem, weights, *device, kTokenCounts, {1, 2, 3}, 257, "qwen3-30b");
+}
+
+// DeepSeek-V3 routing (256 experts, 8 groups, top-4 groups, top-8, scaling 2.5, correction bias) and
+// hidden size; the expert intermediate is cut to 128 so the synthetic weights build in seconds.
+TEST(CudaSm80Pipeline, DeepSeekV3Shaped) {
+  FP4MOE_REQUIRE_SM80(device);
+  ModelConfig model = model_preset("deepseek-v3");
+  model.moe_inter = 128;
+  const MoeProblem problem = moe_problem_for(model, ActivationMode::kW4A16);
+  ASSERT_EQ(problem.routing.method, RoutingMethod::kSigmoidGroupedTopk);
+  const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 3);
+  sweep_model(problem, weights, *device, kTokenCounts, {1, 2}, 64, "deepseek-v3-shaped");
+}
+
+// A small Qwen3-like problem for the adversarial, graph and determinism cases.
+MoeProblem small_problem(ActivationMode mode) {
+  MoeProblem p;
+  p.hidden = 1024, p.inter = 256, p.num_experts = 64, p.top_k = 8;
+  p.routing.method = RoutingMethod::kSoftmaxTopkRenorm, p.routing.num_experts = 64, p.routing.top_k = 8;
+  p.activation_mode = mode;
+  p.validate();
+  return p;
+}
+
+TEST(CudaSm80Pipeline, AdversarialRouting) {
+  FP4MOE_REQUIRE_SM80(device);
+  const MoeProblem base = small_problem(ActivationMode::kW4A16);
+  const MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, 64);
+  const int64_t E = base.num_experts;
+  for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
+    const MoeProblem problem = with_mode(base, mode);
+    Runner runner(problem, weights, 1024, *device);
+    for (int64_t T : {1, 16, 257, 1024}) {
+      const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 77 + T);
+      struct Pattern {
+        const char* name;
+        std::function<void(std::vector<float>&)> apply;
+      };
+      const std::vector<Pattern> patterns = {
+          {"all tokens on expert 5", [&](std::vector<float>& l) { for (int64_t t = 0; t < T; ++t) l[t * E + 5] = 50.0f; }},
+          {"all tokens on the last expert", [&](std::vector<float>& l) { for (int64_t t = 0; t < T; ++t) l[t * E + E - 1] = 50.0f; }},
+          {"same 8 experts for all (56 empty)",
+           [&](std::vector<float>& l) { for (int64_t t = 0; t < T; ++t) for (int64_t e = 0; e < E; ++e) l[t * E + e] = e >= 48 && e < 56 ? 10.0f + 0.1f * static_cast<float>(e - 48) : -10.0f; }},
+          {"half the experts empty", [&](std::vector<float>& l) { for (int64_t t = 0; t < T; ++t) for (int64_t e = 0; e < E; e += 2) l[t * E + e] -= 40.0f; }},
+      };
+      for (const Pattern& pattern : patterns) {
+        std::vector<float> logits = test::random_logits(T, E, 900 + T);
+        pattern.apply(logits);
+        check_case(runner, problem, weights, hidden, logits, nullptr, T, 5,
+                   std::string("adversarial ") + pattern.name + " " + std::string(to_string(mode)) + " T=" + std::to_string(T));
+      }
+    }
+  }
+}
+
+// Block scales at the E4M3 extremes: experts whose blocks all use subnormal scales (0x01..0x07), all
+// 448 (0x7E), codes spread over the whole range, and untouched ones. Tensor scales are re-chosen so
+// each expert's weights stay O(1/sqrt(fan_in)): a mis-decoded subnormal scale then shows in full.
+TEST(CudaSm80Pipeline, E4m3ExtremeBlockScales) {
+  FP4MOE_REQUIRE_SM80(device);
+  MoeProblem base;
+  base.hidden = 512, base.inter = 256, base.num_experts = 16, base.top_k = 4;
+  base.routing.method = RoutingMethod::kSoftmaxTopkRenorm, base.routing.num_experts = 16, base.routing.top_k = 4;
+  base.validate();
+  MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, 448);
+  const int64_t H = base.hidden, I = base.inter;
+  Rng rng(448);
+  auto rescale = [&](uint8_t* scales, int64_t count, int kind, float fan_in) -> float {
+    double mean = 0.0;
+    for (int64_t i = 0; i < count; ++i) {
+      if (kind == 0) scales[i] = static_cast<uint8_t>(1 + rng.below(7));
+      else if (kind == 1) scales[i] = 0x7E;
+      else if (kind == 2) scales[i] = static_cast<uint8_t>(1 + rng.below(0x7E));
+      mean += e4m3_decode(scales[i]);
+    }
+    mean /= static_cast<double>(count);
+    return static_cast<float>(1.0 / (std::sqrt(fan_in) * 2.0 * mean));  // |e2m1| ~ 2
+  };
+  for (int64_t e = 0; e < base.num_experts; ++e) {
+    const int kind = static_cast<int>(e % 4);
+    if (kind == 3) continue;
+    const float s13 = rescale(weights.w13_scales.data() + e * 2 * I * H / 16, 2 * I * H / 16, kind, static_cast<float>(H));
+    weights.gate_scale2[e] = s13;
+    weights.up_scale2[e] = s13 * 1.5f;
+    weights.down_scale2[e] = rescale(weights.w2_scales.data() + e * H * I / 16, H * I / 16, kind, static_cast<float>(I));
+  }
+  weights.validate();
+  for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
+    const MoeProblem problem = with_mode(base, mode);
+    Runner runner(problem, weights, 64, *device);
+    for (int64_t T : {1, 64}) {
+      const std::vector<float> hidden = synthetic_activations(T, H, 31 + T);
+      const std::vector<float> logits = test::random_logits(T, base.num_experts, 32 + T);
+      check_case(runner, problem, weights, hidden, logits, nullptr, T, 1,
+                 std::string("e4m3 extremes ") + std::string(to_string(mode)) + " T=" + std::to_string(T));
+    }
+  }
+}
+
+TEST(CudaSm80Pipeline, GraphReplayMatchesEagerAndRunsAreBitIdentical) {
+  FP4MOE_REQUIRE_SM80(device);
+  const MoeProblem base = small_problem(ActivationMode::kW4A16);
+  const MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, 9);
+  for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
+    const MoeProblem problem = with_mode(base, mode);
+    Runner runner(problem, weights, 300, *device);
+    for (int64_t T : {1, 3, 300}) {
+      const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 1 + T);
+      const std::vector<float> logits = test::random_logits(T, problem.num_experts, 2 + T);
+      const std::string label = std::string(to_string(mode)) + " T=" + std::to_string(T);
+      const std::vector<uint16_t> first = runner.run(hidden, logits, nullptr, T);
+      const std::vector<uint16_t> second = runner.run(hidden, logits, nullptr, T);
+      const std::vector<uint16_t> graph = runner.run_graph(T);
+      test::expect_all_written_and_finite(first, label);
+      EXPECT_TRUE(first == second) << label << ": two eager runs differ";
+      EXPECT_TRUE(first == graph) << label << ": graph replay differs from eager";
+    }
+  }
+}
+
+// Small enough for compute-sanitizer (memcheck, racecheck): every kernel and tile config once.
+TEST(CudaSm80Pipeline, TinySanitizerCase) {
+  FP4MOE_REQUIRE_SM80(device);
+  const MoeProblem base = moe_problem_for(model_preset("tiny"), ActivationMode::kW4A16);
+  const MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, 1);
+  for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
+    const MoeProblem problem = with_mode(base, mode);
+    Runner runner(problem, weights, 200, *device);
+    for (int64_t T : {2, 100, 200}) {  // tile_m 16, 64 and 128 for E=16, K=4
+      const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 3 + T);
+      const std::vector<float> logits = test::random_logits(T, problem.num_experts, 4 + T);
+      check_case(runner, problem, weights, hidden, logits, nullptr, T, 1,
+                 std::string("tiny ") + std::string(to_string(mode)) + " T=" + std::to_string(T) + " tile_m=" +
+                     std::to_string(sm80_pipeline_tile_m(T, problem.top_k, problem.num_experts, true)));
+    }
+  }
+}
+
+// The split-K decode path (GEMM1 K = 1024 splits 4 ways at T = 2) on a small shape, also for the sanitizer.
+TEST(CudaSm80Pipeline, TinySplitKSanitizerCase) {
+  FP4MOE_REQUIRE_SM80(device);
+  MoeProblem base = small_problem(ActivationMode::kW4A16);
+  const MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, 2);
+  ASSERT_GT(grouped_gemm_k_splits(2 * base.inter, base.hidden, 2 * base.top_k, static_cast<int>(base.num_experts), 16), 1);
+  for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
+    const MoeProblem problem = with_mode(base, mode);
+    Runner runner(problem, weights, 8, *device);
+    for (int64_t T : {1, 2, 8}) {
+      const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 5 + T);
+      const std::vector<float> logits = test::random_logits(T, problem.num_experts, 6 + T);
+      check_case(runner, problem, weights, hidden, logits, nullptr, T, 1,
+                 std::string("split-K ") + std::string(to_string(mode)) + " T=" + std::to_string(T));
+    }
+  }
+}
+
+TEST(CudaSm80Pipeline, RejectsBadArguments) {
+  FP4MOE_REQUIRE_SM80(device);
+  const MoeProblem problem = moe_problem_for(model_preset("tiny"), ActivationMode::kW4A16);
+  const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 1);
+  auto backend = find_moe_backend(kBackendId);
+  auto prepared = backend->prepare(problem, weights, 8, *device);
+  MoeRunArgs args;
+  args.tokens = 9;
+  EXPECT_THROW(prepared->run(args), Error);  // T > max_tokens
+  args.tokens = 4;
+  EXPECT_THROW(prepared->run(args), Error);  // null pointers
+  MoeProblem odd = problem;
+  odd.inter = 96;  // not a multiple of 128
+  EXPECT_FALSE(backend->supports(odd, *device).ok);
+}
+
+}  // namespace
+}  // namespace fp4moe

@@ -1,0 +1,149 @@
+// fp4moe qualify: qualify every registered MoE backend on this GPU for a model's MoE shape, time the
+// ones that pass, choose the fastest per token bucket, cache the verdict (qualify/verdict.h), print a
+// table and optionally write JSON and an SVG plot.
+//
+// Exit codes (documented in docs/qualify.md):
+//   0  a verdict exists and at least one backend qualified
+//   1  an error (bad arguments, unreadable checkpoint, ...)
+//   2  nothing to qualify on this machine: no GPU is visible, or the build has no CUDA
+//   3  qualification ran but no backend qualified
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "backends/registry.h"
+#include "commands.h"
+#include "common/child_process.h"
+#include "common/device_info.h"
+#include "common/error.h"
+#include "fp4moe_build_info.h"
+#include "io/hf_config.h"
+#include "io/presets.h"
+#include "kernels/moe_problem.h"
+#include "qualify/qualify.h"
+#include "qualify/report.h"
+#include "qualify/worker.h"
+
+namespace fp4moe::cli {
+namespace {
+
+struct QualifyOptions {
+  std::string preset;
+  std::string model_dir;
+  std::vector<int64_t> tokens;
+  int64_t max_tokens = 4096;
+  std::string activation = "W4A16";
+  std::vector<std::string> backends;
+  bool requalify = false;
+  std::string json_path;
+  std::string plot_path;
+  double timeout = 900.0;
+  uint64_t seed = 1;
+};
+
+std::string build_id() {
+  return detail::concat(build_info::kVersion, "+", build_info::kGitCommit, " ", build_info::kBuildType, " archs=",
+                        build_info::kCudaArchs[0] ? build_info::kCudaArchs : "none");
+}
+
+void write_text(const std::string& path, const std::string& text, const char* what) {
+  std::ofstream out(path);
+  FP4MOE_CHECK(out.good(), "cannot write the ", what, " to ", path);
+  out << text;
+  FP4MOE_CHECK(out.good(), "writing the ", what, " to ", path, " failed");
+}
+
+int run_qualify(const QualifyOptions& o) {
+  FP4MOE_CHECK(o.preset.empty() != o.model_dir.empty(), "qualify needs exactly one of --preset NAME or --model DIR");
+  // --model: the shape comes from the checkpoint's config.json; the probes use synthetic weights of
+  // that shape (seeded), so that every backend is judged on the same, reproducible values.
+  const ModelConfig model =
+      o.preset.empty() ? read_hf_config(std::filesystem::path(o.model_dir) / "config.json") : model_preset(o.preset);
+  const MoeProblem problem = moe_problem_for(model, parse_activation_mode(o.activation));
+  FP4MOE_CHECK(o.max_tokens >= 1 && o.max_tokens <= (1 << 20), "--max-tokens must be in [1, 1048576], got ", o.max_tokens);
+  std::vector<int64_t> tokens = o.tokens.empty() ? default_timing_tokens(o.max_tokens) : o.tokens;
+  for (int64_t t : tokens)
+    FP4MOE_CHECK(t >= 1 && t <= o.max_tokens, "--tokens: ", t, " is outside [1, --max-tokens=", o.max_tokens, "]");
+
+  const DeviceList devices = query_cuda_devices();
+  if (devices.devices.empty()) {
+    std::printf("fp4moe qualify: nothing to qualify on this machine: %s\n", devices.why_none.c_str());
+    std::printf("(qualification runs the GPU backends on a GPU; exit code 2)\n");
+    return 2;
+  }
+  const DeviceInfo& device = devices.devices[0];
+  VerdictKey key;
+  key.device_name = device.name;
+  key.sm = device.sm();
+  key.driver_version = device.driver_version;
+  key.runtime_version = device.runtime_version;
+  key.build_id = build_id();
+  key.problem = problem.describe();
+  key.max_tokens = o.max_tokens;
+
+  std::optional<Verdict> verdict;
+  if (!o.requalify && o.backends.empty()) verdict = load_cached_verdict(key);
+  if (verdict) {
+    std::fprintf(stderr, "using the cached verdict %s (--requalify to run again)\n", verdict_cache_path(key).c_str());
+  } else {
+    QualifyRequest request;
+    request.problem = problem;
+    request.weight_seed = o.seed;
+    request.max_tokens = o.max_tokens;
+    request.timing_tokens = tokens;
+    request.backend_ids = o.backends;
+    if (request.backend_ids.empty()) {
+      for (const auto& backend : all_moe_backends()) request.backend_ids.emplace_back(backend->id());
+    }
+    FP4MOE_CHECK(!request.backend_ids.empty(), "this build registers no MoE backend");
+    request.worker_command = {current_executable_path(), "qualify-worker"};
+    request.timeout_seconds = o.timeout;
+    request.key = key;
+    request.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    std::fprintf(stderr, "qualifying %zu backend(s) for %s on %s\n", request.backend_ids.size(),
+                 problem.describe().c_str(), device.name.c_str());
+    verdict = run_qualification(request);
+    if (o.backends.empty()) {
+      std::fprintf(stderr, "verdict cached in %s\n", store_verdict(*verdict).c_str());
+    } else {
+      std::fprintf(stderr, "verdict not cached: --backend limited the set of backends\n");
+    }
+  }
+  std::fputs(verdict_table(*verdict).c_str(), stdout);
+  if (!o.json_path.empty()) write_text(o.json_path, verdict_to_json(*verdict) + "\n", "verdict JSON");
+  if (!o.plot_path.empty()) write_text(o.plot_path, verdict_svg(*verdict), "SVG plot");
+  return verdict->chosen.empty() ? 3 : 0;
+}
+
+}  // namespace
+
+void register_qualify(CLI::App& app) {
+  auto options = std::make_shared<QualifyOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "qualify", "Qualify every MoE backend on this GPU against the CPU reference, time them, cache the verdict");
+  auto* source = sub->add_option_group("source", "the model shape");
+  source->add_option("--preset", options->preset, "built-in model preset (fp4moe synth --help lists them)");
+  source->add_option("--model", options->model_dir, "checkpoint directory (config.json)");
+  source->require_option(1);
+  sub->add_option("--tokens", options->tokens, "token buckets to time (default: powers of two up to --max-tokens)")
+      ->delimiter(',');
+  sub->add_option("--max-tokens", options->max_tokens, "serving maximum: the largest probe and bucket")
+      ->capture_default_str();
+  sub->add_option("--activation", options->activation, "W4A16 or W4A4")->capture_default_str();
+  sub->add_option("--backend", options->backends, "qualify only these backend ids (repeatable; not cached)");
+  sub->add_flag("--requalify", options->requalify, "ignore a cached verdict and run again");
+  sub->add_option("--json", options->json_path, "write the verdict as JSON to FILE");
+  sub->add_option("--plot", options->plot_path, "write an SVG plot (time against tokens) to FILE");
+  sub->add_option("--timeout", options->timeout, "time limit per backend, seconds")->capture_default_str();
+  sub->add_option("--seed", options->seed, "seed of the synthetic weights and probes")->capture_default_str();
+  set_action(sub, [options] { return run_qualify(*options); });
+
+  auto job = std::make_shared<std::string>();
+  CLI::App* worker = app.add_subcommand("qualify-worker", "internal: one backend's qualification child process");
+  worker->group("");  // hidden from --help
+  worker->add_option("--job", *job, "job file")->required();
+  set_action(worker, [job] { return qualify_worker_main(*job, find_moe_backend); });
+}
+
+}  // namespace fp4moe::cli
