@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -83,7 +84,8 @@ std::string utc_now_iso() {
   return text;
 }
 
-// "580.159.04" from /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX ... Kernel Module  580.159.04  ...").
+// The kernel driver version ("580.159.04"): the first dotted number after "Kernel Module" in
+// /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04 ...").
 std::string kernel_driver_version() {
   std::FILE* f = std::fopen("/proc/driver/nvidia/version", "r");
   if (!f) return "unknown";
@@ -94,10 +96,18 @@ std::string kernel_driver_version() {
   const std::string text(line);
   const size_t module = text.find("Kernel Module");
   if (module == std::string::npos) return "unknown";
-  size_t begin = text.find_first_not_of(' ', module + 13);
-  if (begin == std::string::npos) return "unknown";
-  const size_t end = text.find(' ', begin);
-  return text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  size_t pos = module;
+  while (pos < text.size()) {
+    const size_t begin = text.find_first_not_of(" \t\n", pos);
+    if (begin == std::string::npos) break;
+    const size_t end = std::min(text.find_first_of(" \t\n", begin), text.size());
+    const std::string token = text.substr(begin, end - begin);
+    if (std::isdigit(static_cast<unsigned char>(token[0])) && token.find('.') != std::string::npos &&
+        token.find_first_not_of("0123456789.") == std::string::npos)
+      return token;
+    pos = end;
+  }
+  return "unknown";
 }
 
 void say(const MoeBenchOptions& options, const std::string& line) {
@@ -332,8 +342,7 @@ MoeBenchReport run_moe_bench(const MoeBenchOptions& options) {
   // Resolve the backend list before any long step, so a bad id fails at once.
   std::vector<std::string> ids = options.backends;
   if (ids.empty()) {
-    for (const auto& b : all_moe_backends())
-      if (b->id() != kBaselineBackendId) ids.emplace_back(b->id());
+    for (const auto& b : all_moe_backends()) ids.emplace_back(b->id());
   }
   if (options.baseline && std::find(ids.begin(), ids.end(), kBaselineBackendId) == ids.end())
     ids.emplace_back(kBaselineBackendId);

@@ -17,7 +17,6 @@
 #include "common/child_process.h"
 #include "common/device_info.h"
 #include "common/error.h"
-#include "fp4moe_build_info.h"
 #include "io/hf_config.h"
 #include "io/presets.h"
 #include "kernels/moe_problem.h"
@@ -41,11 +40,6 @@ struct QualifyOptions {
   double timeout = 900.0;
   uint64_t seed = 1;
 };
-
-std::string build_id() {
-  return detail::concat(build_info::kVersion, "+", build_info::kGitCommit, " ", build_info::kBuildType, " archs=",
-                        build_info::kCudaArchs[0] ? build_info::kCudaArchs : "none");
-}
 
 void write_text(const std::string& path, const std::string& text, const char* what) {
   std::ofstream out(path);
@@ -73,14 +67,7 @@ int run_qualify(const QualifyOptions& o) {
     return 2;
   }
   const DeviceInfo& device = devices.devices[0];
-  VerdictKey key;
-  key.device_name = device.name;
-  key.sm = device.sm();
-  key.driver_version = device.driver_version;
-  key.runtime_version = device.runtime_version;
-  key.build_id = build_id();
-  key.problem = problem.describe();
-  key.max_tokens = o.max_tokens;
+  const VerdictKey key = make_verdict_key(device, problem, o.max_tokens);
 
   std::optional<Verdict> verdict;
   if (!o.requalify && o.backends.empty()) verdict = load_cached_verdict(key);

@@ -3,6 +3,8 @@
 #include <string>
 
 #include "commands.h"
+#include "common/error.h"
+#include "io/hf_config.h"
 #include "io/presets.h"
 #include "io/quantize.h"
 #include "io/synth.h"
@@ -15,6 +17,7 @@ void register_synth(CLI::App& app) {
                "names, dtypes and shapes of a ModelOpt NVFP4 export of a preset model, and random weights");
   struct Args {
     std::string preset;
+    std::string config;
     int64_t layers = 0;
     uint64_t seed = 0;
     std::string out;
@@ -24,14 +27,20 @@ void register_synth(CLI::App& app) {
   auto args = std::make_shared<Args>();
   std::string presets;
   for (const std::string& name : preset_names()) presets += (presets.empty() ? "" : ", ") + name;
-  sub->add_option("--preset", args->preset, "Model preset: " + presets)->required();
+  CLI::Option* preset_option = sub->add_option("--preset", args->preset, "Model preset: " + presets);
+  CLI::Option* config_option = sub->add_option("--config", args->config,
+                                        "A Hugging Face config.json to mimic instead of a preset (qwen3_5_moe, "
+                                        "qwen3_next, qwen3_moe, deepseek_v3)");
+  preset_option->excludes(config_option);
+  config_option->excludes(preset_option);
   sub->add_option("--layers", args->layers, "Keep only the first N layers (default: all)")->check(CLI::PositiveNumber);
   sub->add_option("--seed", args->seed, "Random seed; the same seed gives identical files (default 0)");
   sub->add_option("--out", args->out, "Output directory (created)")->required();
   sub->add_option("--max-shard-size", args->max_shard, "Largest safetensors shard, e.g. 5GB, 500MB, 1000000 (default 5GB)");
   sub->add_flag("--bf16", args->bf16, "Write BF16 experts and no quantization config (an input for `fp4moe quantize`)");
   set_action(sub, [args] {
-    ModelConfig config = model_preset(args->preset);
+    FP4MOE_CHECK(!args->preset.empty() || !args->config.empty(), "synth needs --preset NAME or --config FILE");
+    ModelConfig config = args->config.empty() ? model_preset(args->preset) : read_hf_config(args->config);
     if (args->layers > 0) config = with_layers(config, args->layers);
     SynthOptions options;
     options.seed = args->seed;

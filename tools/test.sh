@@ -7,7 +7,8 @@
 #   2. a CPU-only build (FP4MOE_CUDA=OFF) with AddressSanitizer + UndefinedBehaviorSanitizer, all tests;
 #   3. the safetensors header fuzzer for a bounded time, when clang is available;
 #   4. the Python binding (docs/python.md): `pip install ./` into a venv (scikit-build-core driving this
-#      CMake project; CPU-only unless FP4MOE_TEST_PYTHON_CUDA=1), then pytest python/tests.
+#      CMake project, same CUDA setting and architectures as the default build; FP4MOE_TEST_PYTHON_CUDA=0
+#      forces a CPU-only build), then pytest python/tests (GPU tests skip with their reason).
 # Build folders: build-test/, build-test-asan/, build-test-fuzz/, build-test-python/ and the venv
 # build-test-python-venv/ (ignored by git).
 set -euo pipefail
@@ -42,8 +43,8 @@ fi
 # scikit-build-core, pytest from install_deps.sh), so the build needs no network (--no-build-isolation).
 python_suite() {
   local venv=build-test-python-venv
-  local cmake_args=(-C cmake.define.FP4MOE_CUDA=OFF)
-  if [ "${FP4MOE_TEST_PYTHON_CUDA:-0}" = 1 ]; then cmake_args=(-C "cmake.define.FP4MOE_CUDA_ARCHS=$archs"); fi
+  local cmake_args=(-C cmake.define.FP4MOE_WERROR=ON -C "cmake.define.FP4MOE_CUDA_ARCHS=$archs")
+  if [ "${FP4MOE_TEST_PYTHON_CUDA:-1}" = 0 ]; then cmake_args+=(-C cmake.define.FP4MOE_CUDA=OFF); fi
   echo "=== [python] pip install ./ (build-test-python) + pytest python/tests"
   python3 -m venv --system-site-packages "$venv" || return 1
   CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$venv/bin/python" -m pip install -q --disable-pip-version-check \

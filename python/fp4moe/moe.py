@@ -51,14 +51,14 @@ def _device_ordinal(device: Device) -> int:
 def _input_scales(gate, up, down, num_experts: int, activation: str):
     """(w13_input_scale, w2_input_scale) [E] each. w13 takes max(gate, up) per expert (the one
     activation scale GEMM1 can use; what vLLM and the C++ checkpoint loader do). W4A16 layers may
-    omit them (W4A16 checkpoints have none): ones, unused."""
+    omit them (W4A16_NVFP4 checkpoints have none): zeros, MoeWeights' "absent"."""
     given = [s is not None for s in (gate, up, down)]
     if not any(given):
         if activation.upper() == "W4A4":
             raise ValueError("W4A4 needs the activation input scales (gate_input_scale, up_input_scale, "
                              "down_input_scale): the checkpoint's input_scale tensors")
-        ones = np.ones(num_experts, dtype=np.float32)
-        return ones, ones.copy()
+        absent = np.zeros(num_experts, dtype=np.float32)
+        return absent, absent.copy()
     if not all(given):
         raise ValueError("input scales: give all of gate_input_scale, up_input_scale and down_input_scale, or none")
     g = host_scalars(gate, "gate_input_scale", num_experts)

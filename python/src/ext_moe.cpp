@@ -85,10 +85,7 @@ std::vector<T> copy_array(const HostArray<T>& a, const char* what, std::initiali
 
 }  // namespace
 
-std::string build_id() {
-  return detail::concat(build_info::kVersion, "+", build_info::kGitCommit, " ", build_info::kBuildType, " archs=",
-                        build_info::kCudaArchs[0] ? build_info::kCudaArchs : "none");
-}
+std::string build_id() { return this_build_id(); }
 
 MoeProblem make_problem(const ProblemArgs& a) {
   MoeProblem p;
@@ -117,15 +114,7 @@ DeviceInfo find_device(int ordinal) {
 }
 
 VerdictKey verdict_key(const MoeProblem& problem, const DeviceInfo& device, int64_t max_tokens) {
-  VerdictKey key;
-  key.device_name = device.name;
-  key.sm = device.sm();
-  key.driver_version = device.driver_version;
-  key.runtime_version = device.runtime_version;
-  key.build_id = build_id();
-  key.problem = problem.describe();
-  key.max_tokens = max_tokens;
-  return key;
+  return make_verdict_key(device, problem, max_tokens);
 }
 
 class MoeCore {

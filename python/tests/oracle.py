@@ -1,19 +1,55 @@
 """Independent numpy oracles for the fp4moe Python tests (they do not call fp4moe).
 
-NVFP4: the ModelOpt formulas (nvfp4-format.md section 3.2), written step by step in numpy float32,
-with E4M3 rounding by ml_dtypes (an independent implementation) and E2M1 by ModelOpt's own rule
-(searchsorted lower bound, plus one on the odd bounds 0.75 / 1.75 / 3.5), cross-checked against
-ml_dtypes' float4_e2m1fn. MoE: softmax / top-k / renormalize routing, SwiGLU with gate rows first,
-fp64 sums over the dequantized weights.
+NVFP4: the ModelOpt formulas (nvfp4-format.md section 3.2), written step by step in numpy float32:
+E4M3 values from the bit fields and round-to-nearest-even by search over the value grid (ties to
+the even code), E2M1 by ModelOpt's own rule (searchsorted lower bound, plus one on the odd bounds
+0.75 / 1.75 / 3.5). Where ml_dtypes (PyPI; CI installs it) is present, both roundings are
+cross-checked against its float8_e4m3fn / float4_e2m1fn casts. MoE: softmax / top-k / renormalize
+routing, SwiGLU with gate rows first, fp64 sums over the dequantized weights.
 """
 
-import ml_dtypes
 import numpy as np
 
+try:
+    import ml_dtypes
+except ImportError:  # the GPU machine may lack it; test_format.py needs it and skips without
+    ml_dtypes = None
+
 F32 = np.float32
-E2M1 = ml_dtypes.float4_e2m1fn
-E4M3 = ml_dtypes.float8_e4m3fn
-BF16 = ml_dtypes.bfloat16
+E2M1 = ml_dtypes.float4_e2m1fn if ml_dtypes else None
+E4M3 = ml_dtypes.float8_e4m3fn if ml_dtypes else None
+BF16 = ml_dtypes.bfloat16 if ml_dtypes else None
+
+
+def _e4m3_table():
+    """float32 value of every E4M3fn code: S.EEEE.MMM, bias 7, subnormals at E=0, NaN at 0x7F/0xFF."""
+    c = np.arange(256)
+    sign = np.where(c >> 7, -1.0, 1.0)
+    e, m = (c >> 3) & 0xF, c & 7
+    value = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8.0) * 2.0 ** (e - 7.0)) * sign
+    value[[0x7F, 0xFF]] = np.nan
+    return value.astype(F32)
+
+
+E4M3_VALUES = _e4m3_table()
+
+
+def e4m3_decode(codes):
+    return E4M3_VALUES[np.asarray(codes, dtype=np.uint8)]
+
+
+def e4m3_encode_positive(s):
+    """RNE E4M3 codes of float32 s in [0, 448] (no NaN): nearest grid value, ties to the even code."""
+    grid = E4M3_VALUES[:0x7F]  # codes 0x00..0x7E, increasing
+    s = np.asarray(s, dtype=F32)
+    hi = np.clip(np.searchsorted(grid, s, side="left"), 1, 0x7E)
+    lo = hi - 1
+    d_lo, d_hi = s.astype(np.float64) - grid[lo], grid[hi].astype(np.float64) - s
+    codes = np.where(d_lo < d_hi, lo, np.where(d_hi < d_lo, hi, np.where(lo % 2 == 0, lo, hi)))
+    codes = np.where(s >= grid[-1], 0x7E, codes).astype(np.uint8)
+    if E4M3 is not None:
+        assert np.array_equal(codes, s.astype(E4M3).view(np.uint8)), "oracle: E4M3 rounding disagrees with ml_dtypes"
+    return codes
 E2M1_BOUNDS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], dtype=F32)
 E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=F32)
 
@@ -39,20 +75,20 @@ def nvfp4_quantize(x, scale2=None):
         s = (block_amax / F32(F32(6.0) * scale2)).astype(F32)
     s = np.where((s == 0) | (block_amax == 0), F32(1.0), s)
     s = np.clip(s, F32(2.0 ** -9), F32(448.0))
-    sf = s.astype(E4M3)
-    d = (sf.astype(F32) * scale2).astype(F32)
+    sf = e4m3_encode_positive(s)
+    d = (e4m3_decode(sf) * scale2).astype(F32)
     with np.errstate(divide="ignore", invalid="ignore"):
         q = (blocks / d[..., None]).astype(F32)
     q = np.where((block_amax == 0)[..., None], F32(0), q)
     codes = e2m1_codes_modelopt(q)
-    # The same rounding by ml_dtypes (RNE + saturation), where the sign conventions agree.
-    ml = q.astype(E2M1).view(np.uint8) & np.uint8(0xF)
-    same = q != 0
-    assert np.array_equal(codes[same], ml[same]), "oracle: ModelOpt and ml_dtypes E2M1 rounding disagree"
+    if E2M1 is not None:  # the same rounding by ml_dtypes (RNE + saturation), where the signs agree
+        ml = q.astype(E2M1).view(np.uint8) & np.uint8(0xF)
+        same = q != 0
+        assert np.array_equal(codes[same], ml[same]), "oracle: ModelOpt and ml_dtypes E2M1 rounding disagree"
     codes = codes.reshape(rows, cols)
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
     deq = (E2M1_VALUES[codes].reshape(rows, cols // 16, 16) * d[..., None]).astype(F32).reshape(rows, cols)
-    return packed, sf.view(np.uint8), scale2, deq
+    return packed, sf, scale2, deq
 
 
 def nvfp4_dequantize(packed, scales, scale2):
@@ -60,12 +96,15 @@ def nvfp4_dequantize(packed, scales, scale2):
     codes = np.empty((rows, packed.shape[1] * 2), dtype=np.uint8)
     codes[:, 0::2] = packed & 0xF
     codes[:, 1::2] = packed >> 4
-    d = (scales.view(E4M3).astype(F32) * F32(scale2)).astype(F32)
+    d = (e4m3_decode(scales) * F32(scale2)).astype(F32)
     return (E2M1_VALUES[codes].reshape(rows, -1, 16) * d[..., None]).astype(F32).reshape(rows, -1)
 
 
 def bf16_round(x):
-    return np.asarray(x, dtype=F32).astype(BF16).astype(F32)
+    """Round float32 (finite) to BF16, nearest even: add 0x7FFF plus the lowest kept bit, truncate."""
+    bits = np.ascontiguousarray(x, dtype=F32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(F32)
 
 
 def route(logits, top_k, method):

@@ -2,9 +2,10 @@
 numpy + ml_dtypes oracles (oracle.py): bit for bit, including ties, saturation, subnormal scales,
 all-zero blocks and the packing order."""
 
-import ml_dtypes
 import numpy as np
 import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes", reason="the format oracle needs ml_dtypes (pip install ml_dtypes)")
 
 import fp4moe
 import oracle

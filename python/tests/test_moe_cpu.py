@@ -10,9 +10,13 @@ element within 2^-7 * max|reference|; the exact backend (same weights) must matc
 input forms.
 """
 
-import ml_dtypes
 import numpy as np
 import pytest
+
+try:
+    import ml_dtypes
+except ImportError:  # optional here: only the bfloat16 / float8 input forms need it
+    ml_dtypes = None
 
 import fp4moe
 import oracle
@@ -33,7 +37,8 @@ def make_experts(rng, hidden=H, inter=I, experts=E):
             packed, scales, scale2 = fp4moe.quantize_nvfp4(w)
             prefix = f"layers.3.mlp.experts.{e}.{name}."
             tensors[prefix + "weight"] = packed
-            tensors[prefix + "weight_scale"] = scales.view(ml_dtypes.float8_e4m3fn)  # as a checkpoint stores it
+            # As a checkpoint stores it (float8_e4m3fn), where ml_dtypes is there to say so.
+            tensors[prefix + "weight_scale"] = scales.view(ml_dtypes.float8_e4m3fn) if ml_dtypes else scales
             tensors[prefix + "weight_scale_2"] = np.array(scale2, dtype=F32)
             tensors[prefix + "input_scale"] = np.array(rng.uniform(0.5, 2.0) / 2688.0, dtype=F32)
             d[name.split("_")[0]] = oracle.nvfp4_dequantize(packed, scales, scale2)
@@ -119,8 +124,9 @@ def test_stacked_per_expert_list_and_input_forms_agree_bitwise(experts):
     assert np.array_equal(by_list(hidden, logits), want)
     assert np.array_equal(stacked(hidden, logits), want)
     # ml_dtypes bfloat16 in -> bfloat16 out, same bits; deterministic across calls.
-    out_bf16 = by_prefix(hidden.astype(ml_dtypes.bfloat16), logits)
-    assert out_bf16.dtype == ml_dtypes.bfloat16 and np.array_equal(out_bf16.astype(F32), want)
+    if ml_dtypes:
+        out_bf16 = by_prefix(hidden.astype(ml_dtypes.bfloat16), logits)
+        assert out_bf16.dtype == ml_dtypes.bfloat16 and np.array_equal(out_bf16.astype(F32), want)
     assert np.array_equal(by_prefix(hidden, logits), want)
     # Zero tokens is a valid batch.
     assert by_prefix(hidden[:0], logits[:0]).shape == (0, H)
@@ -152,13 +158,18 @@ def test_layer_reports_bad_input_clearly(experts):
     if not fp4moe.build_info()["cuda"]:
         with pytest.raises(fp4moe.Error, match="without CUDA"):
             fp4moe.MoeLayer.from_modelopt(tensors, "layers.3.mlp.experts.", top_k=K, device="cuda:0")
+    elif not fp4moe.devices():
+        with pytest.raises(fp4moe.Error, match="CUDA device 0 is not available"):
+            fp4moe.MoeLayer.from_modelopt(tensors, "layers.3.mlp.experts.", top_k=K, device="cuda:0")
+    with pytest.raises(fp4moe.Error, match="does not exist|not available|without CUDA"):
+        fp4moe.MoeLayer.from_modelopt(tensors, "layers.3.mlp.experts.", top_k=K, device="cuda:97")
 
 
 def test_torch_cpu_tensors(experts):
     torch = torch_or_skip()
     tensors, dequant = experts
     as_torch = {k: torch.from_numpy(np.ascontiguousarray(v).view(np.uint8)).view(torch.float8_e4m3fn)
-                if v.dtype == ml_dtypes.float8_e4m3fn else torch.from_numpy(np.asarray(v)) for k, v in tensors.items()}
+                if k.endswith(".weight_scale") else torch.from_numpy(np.asarray(v)) for k, v in tensors.items()}
     layer = fp4moe.MoeLayer.from_modelopt(as_torch, "layers.3.mlp.experts.", top_k=K)
     hidden, logits = inputs(np.random.default_rng(12))
     out = layer(torch.from_numpy(hidden).to(torch.bfloat16), torch.from_numpy(logits))

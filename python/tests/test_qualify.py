@@ -43,3 +43,12 @@ def test_qualify_on_gpu():
     assert backend["id"] == "cuda.sm80.pipeline.v1"
     assert backend["qualified"], backend.get("failure") or backend.get("support_reason")
     assert {b["backend"] for b in verdict["chosen"]} == {"cuda.sm80.pipeline.v1"}
+
+
+def test_the_package_ships_type_stubs():
+    from pathlib import Path
+    package = Path(fp4moe.__file__).parent
+    stub = (package / "_ext.pyi").read_text()
+    assert (package / "py.typed").exists()
+    for name in ("def quantize_nvfp4", "def dequantize_nvfp4", "class MoeCore", "def swizzle_scales_128x4"):
+        assert name in stub, name

@@ -172,6 +172,9 @@ class CudaSm80PipelineBackend final : public MoeBackend {
                  "cuda.sm80.pipeline: weights are [E=", weights.num_experts, ", H=", weights.hidden, ", I=",
                  weights.inter, "] but the problem is ", problem.describe());
     FP4MOE_CHECK(max_tokens >= 1, "cuda.sm80.pipeline: max_tokens must be >= 1, got ", max_tokens);
+    FP4MOE_CHECK(problem.activation_mode != ActivationMode::kW4A4 || weights.has_input_scales(),
+                 "cuda.sm80.pipeline: W4A4 needs every expert's static activation scales (input_scale); these "
+                 "weights have none (a W4A16_NVFP4 checkpoint): run it as W4A16");
     return std::make_unique<PreparedSm80Pipeline>(problem, weights, max_tokens, device);
   }
 };

@@ -17,17 +17,27 @@ std::vector<std::unique_ptr<MoeBackend>> all_moe_backends() {
   std::vector<std::unique_ptr<MoeBackend>> backends;
 #ifdef FP4MOE_WITH_CUDA
   backends.push_back(make_cuda_sm80_pipeline_backend());
-  // The library baseline stays last: every real backend is preferred over it.
+#endif
+  return backends;
+}
+
+std::vector<std::unique_ptr<MoeBackend>> baseline_moe_backends() {
+  std::vector<std::unique_ptr<MoeBackend>> backends;
+#ifdef FP4MOE_WITH_CUDA
   backends.push_back(make_cublas_bf16_baseline_backend());
 #endif
   return backends;
 }
 
 std::unique_ptr<MoeBackend> find_moe_backend(std::string_view id) {
+  auto all = all_moe_backends();
+  auto baselines = baseline_moe_backends();
   std::string known;
-  for (auto& backend : all_moe_backends()) {
-    if (backend->id() == id) return std::move(backend);
-    known += (known.empty() ? "" : ", ") + std::string(backend->id());
+  for (auto* list : {&all, &baselines}) {
+    for (auto& backend : *list) {
+      if (backend->id() == id) return std::move(backend);
+      known += (known.empty() ? "" : ", ") + std::string(backend->id());
+    }
   }
   fail("unknown MoE backend '", id, "'; this build has: ", known.empty() ? "none (CPU-only build)" : known);
 }

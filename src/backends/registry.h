@@ -9,9 +9,14 @@
 
 namespace fp4moe {
 
-// All backends compiled into this build, most preferred first.
+// The serving backends compiled into this build, most preferred first: what qualification tries and
+// dispatch chooses from.
 std::vector<std::unique_ptr<MoeBackend>> all_moe_backends();
-// The backend with this id; throws Error listing the known ids when there is none.
+// Library baselines the benchmark compares against (cuBLAS BF16 on dequantized weights). Not
+// serving backends: they are not bound by the numerics contract (BF16-rounded weights) and not
+// CUDA-graph capturable, so qualification does not try them unless asked by id.
+std::vector<std::unique_ptr<MoeBackend>> baseline_moe_backends();
+// The serving or baseline backend with this id; throws Error listing the known ids when there is none.
 std::unique_ptr<MoeBackend> find_moe_backend(std::string_view id);
 
 }  // namespace fp4moe

@@ -48,8 +48,17 @@ void MoeWeights::validate() const {
   check_scales("gate_scale2", gate_scale2);
   check_scales("up_scale2", up_scale2);
   check_scales("down_scale2", down_scale2);
-  check_scales("w13_input_scale", w13_input_scale);
-  check_scales("w2_input_scale", w2_input_scale);
+  // Activation scales: 0 means absent (a W4A16_NVFP4 checkpoint has none); W4A4 needs them > 0,
+  // which has_input_scales() tells and the W4A4 paths check.
+  auto check_input_scales = [&](const char* name, const std::vector<float>& values) {
+    check_size(name, values.size(), E);
+    for (size_t e = 0; e < values.size(); ++e) {
+      FP4MOE_CHECK(std::isfinite(values[e]) && values[e] >= 0.0f, "MoeWeights: ", name, "[", e,
+                   "] must be finite and >= 0 (0: absent), got ", values[e]);
+    }
+  };
+  check_input_scales("w13_input_scale", w13_input_scale);
+  check_input_scales("w2_input_scale", w2_input_scale);
   for (size_t i = 0; i < w13_scales.size(); ++i) {
     FP4MOE_CHECK((w13_scales[i] & 0x7F) != 0x7F, "MoeWeights: w13 block scale ", i, " is an E4M3 NaN code");
   }
@@ -80,6 +89,14 @@ void copy_into(const Nvfp4Matrix& m, int64_t rows, int64_t cols, uint8_t* packed
 
 // w13 holds per expert 2I rows of H: gate rows first, then up rows, so projection p (0 gate, 1 up)
 // of expert e starts at row (2e + p) * I.
+bool MoeWeights::has_input_scales() const {
+  for (float s : w13_input_scale)
+    if (!(s > 0.0f)) return false;
+  for (float s : w2_input_scale)
+    if (!(s > 0.0f)) return false;
+  return !w13_input_scale.empty() && !w2_input_scale.empty();
+}
+
 Nvfp4View MoeWeights::gate(int64_t e) const {
   check_expert(*this, e, "gate");
   return {w13_packed.data() + e * 2 * inter * hidden / 2, w13_scales.data() + e * 2 * inter * hidden / 16,

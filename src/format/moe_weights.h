@@ -21,13 +21,16 @@ struct MoeWeights {
   std::vector<uint8_t> w2_packed;      // [E, H, I/2]
   std::vector<uint8_t> w2_scales;      // [E, H, I/16]
   std::vector<float> down_scale2;      // [E] down_proj.weight_scale_2
-  std::vector<float> w13_input_scale;  // [E] GEMM1 activation scale for W4A4 (max of gate/up input_scale)
-  std::vector<float> w2_input_scale;   // [E] down_proj.input_scale (GEMM2 activation scale for W4A4)
+  std::vector<float> w13_input_scale;  // [E] GEMM1 activation scale for W4A4 (max of gate/up input_scale); 0: absent
+  std::vector<float> w2_input_scale;   // [E] down_proj.input_scale (GEMM2 activation scale for W4A4); 0: absent
 
   // Allocates all arrays for the shape (contents zero; scales 0).
   void allocate(int64_t experts, int64_t hidden_size, int64_t inter_size);
   // Throws Error naming the field when sizes disagree with the shape or a scale is not finite > 0.
   void validate() const;
+  // True when every expert has its static activation scales (> 0), which W4A4 needs. A
+  // W4A16_NVFP4 checkpoint has none: its input scales are 0.
+  bool has_input_scales() const;
 
   // Views into expert e (Error when e is out of range).
   Nvfp4View gate(int64_t e) const;  // [I, H]

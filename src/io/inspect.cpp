@@ -230,6 +230,18 @@ InspectReport inspect_checkpoint(const std::filesystem::path& dir, const Inspect
         else if (t->shape != s.shape) mismatch.add(s.name + ": shape " + shape_string(t->shape) + ", config implies " + shape_string(s.shape));
       }
       if (!is_moe_layer(c, layer)) continue;
+      const std::string stacked = layer_prefix(c, layer) + "mlp.experts.";
+      if (!nvfp4 && ckpt.contains(stacked + "gate_up_proj")) {  // BF16 experts stacked as transformers v5 keeps them
+        const std::pair<std::string, std::vector<int64_t>> want[] = {
+            {stacked + "gate_up_proj", {c.num_experts, 2 * c.moe_inter, c.hidden}},
+            {stacked + "down_proj", {c.num_experts, c.hidden, c.moe_inter}}};
+        for (const auto& [name, shape] : want) {
+          const TensorInfo* t = ckpt.find(name);
+          if (t == nullptr) missing.add("missing stacked expert tensor " + name);
+          else if (t->shape != shape) mismatch.add(name + ": shape " + shape_string(t->shape) + ", config implies " + shape_string(shape));
+        }
+        continue;
+      }
       for (int64_t e = 0; e < c.num_experts; ++e) {
         const ExpertFormat format = !nvfp4 ? ExpertFormat::kBf16
                                    : quant->has_input_scale() ? ExpertFormat::kNvfp4 : ExpertFormat::kNvfp4NoInputScale;

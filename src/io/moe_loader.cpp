@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "common/error.h"
 #include "io/checkpoint_layout.h"
@@ -43,7 +44,7 @@ MoeWeights load_moe_layer(const SafetensorsCheckpoint& ckpt, const ModelConfig& 
   const size_t down_packed = static_cast<size_t>(H * I / 2), down_scales = static_cast<size_t>(H * I / 16);
   for (int64_t e = 0; e < E; ++e) {
     const std::string p = expert_prefix(config, layer, e);
-    float input[3] = {1.0f, 1.0f, 1.0f};
+    float input[3] = {0.0f, 0.0f, 0.0f};  // 0: absent (W4A16_NVFP4 checkpoints); W4A4 refuses it
     for (int proj = 0; proj < 3; ++proj) {
       const auto [rows, cols] = expert_projection_shape(config, proj);
       const std::string base = p + kExpertProjections[proj] + ".";
@@ -79,6 +80,25 @@ MoeWeights load_moe_layer(const SafetensorsCheckpoint& ckpt, const ModelConfig& 
     fail(ckpt.dir().string(), ": layer ", layer, ": ", err.what());
   }
   return w;
+}
+
+std::vector<int64_t> Nvfp4Checkpoint::moe_layers() const {
+  std::vector<int64_t> layers;
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    if (is_moe_layer(config, l)) layers.push_back(l);
+  }
+  return layers;
+}
+
+Nvfp4Checkpoint open_nvfp4_checkpoint(const std::filesystem::path& dir) {
+  FP4MOE_CHECK(std::filesystem::is_regular_file(dir / "config.json"), dir.string(),
+               ": no config.json (fp4moe needs the model configuration of the checkpoint)");
+  ModelConfig config = read_hf_config(dir / "config.json");
+  std::optional<QuantConfig> quant = read_quant_config(dir);
+  FP4MOE_CHECK(quant.has_value(), dir.string(),
+               ": not an NVFP4 checkpoint (no hf_quant_config.json and no quantization_config in config.json); "
+               "`fp4moe quantize` makes one from a BF16 checkpoint");
+  return Nvfp4Checkpoint{SafetensorsCheckpoint(dir), std::move(config), std::move(*quant)};
 }
 
 }  // namespace fp4moe

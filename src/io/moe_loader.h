@@ -8,6 +8,8 @@
 // Every dtype or shape mismatch is an Error naming the tensor and the checkpoint.
 #pragma once
 #include <cstdint>
+#include <filesystem>
+#include <vector>
 
 #include "format/moe_weights.h"
 #include "io/hf_config.h"
@@ -18,5 +20,20 @@ namespace fp4moe {
 
 MoeWeights load_moe_layer(const SafetensorsCheckpoint& checkpoint, const ModelConfig& config,
                           const QuantConfig& quant, int64_t layer);
+
+// An opened ModelOpt NVFP4 checkpoint directory (what `--model DIR` points at): the mapped
+// tensors, the model config (config.json) and the quantization (hf_quant_config.json or
+// config.json's quantization_config). Opening reads headers only.
+struct Nvfp4Checkpoint {
+  SafetensorsCheckpoint tensors;
+  ModelConfig config;
+  QuantConfig quant;
+  MoeWeights load_moe_layer(int64_t layer) const { return fp4moe::load_moe_layer(tensors, config, quant, layer); }
+  std::vector<int64_t> moe_layers() const;  // layer indices with routed experts
+};
+
+// Throws Error naming the directory when config.json is missing or unsupported, or the checkpoint
+// has no NVFP4 quantization config.
+Nvfp4Checkpoint open_nvfp4_checkpoint(const std::filesystem::path& dir);
 
 }  // namespace fp4moe

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "fp4moe_build_info.h"
 
 namespace fp4moe {
 
@@ -27,6 +28,23 @@ std::string VerdictKey::hash() const {
   char buffer[17];
   std::snprintf(buffer, sizeof(buffer), "%016llx", static_cast<unsigned long long>(h));
   return buffer;
+}
+
+std::string this_build_id() {
+  return detail::concat(build_info::kVersion, "+", build_info::kGitCommit, " ", build_info::kBuildType, " archs=",
+                        build_info::kCudaArchs[0] ? build_info::kCudaArchs : "none");
+}
+
+VerdictKey make_verdict_key(const DeviceInfo& device, const MoeProblem& problem, int64_t max_tokens) {
+  VerdictKey key;
+  key.device_name = device.name;
+  key.sm = device.sm();
+  key.driver_version = device.driver_version;
+  key.runtime_version = device.runtime_version;
+  key.build_id = this_build_id();
+  key.problem = problem.describe();
+  key.max_tokens = max_tokens;
+  return key;
 }
 
 std::string Verdict::backend_for(int64_t tokens) const {

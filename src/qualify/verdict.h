@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "common/device_info.h"
+#include "kernels/moe_problem.h"
+
 namespace fp4moe {
 
 struct VerdictKey {
@@ -24,6 +27,11 @@ struct VerdictKey {
   bool operator==(const VerdictKey&) const = default;
   std::string hash() const;  // 16 hex digits
 };
+
+// This build's id in verdict keys: version, commit, build type, CUDA architectures.
+std::string this_build_id();
+// The key of a verdict for this build, a device, a problem and a serving maximum.
+VerdictKey make_verdict_key(const DeviceInfo& device, const MoeProblem& problem, int64_t max_tokens);
 
 struct ProbeOutcome {
   std::string probe;    // probe name, e.g. "random/T=64"

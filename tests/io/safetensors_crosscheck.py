@@ -137,7 +137,9 @@ def check_quantize(fp4moe, work):
             # must take up's amax for the shared scale.
             base = rng.standard_normal(shape).astype(np.float32) * 0.05 * (2.0 if proj == "up_proj" else 1.0)
             mags = np.exp(0.8 * rng.standard_normal((shape[0], shape[1] // 16, 1))).astype(np.float32)
-            x = (base.reshape(shape[0], -1, 16) * mags).reshape(shape).astype(ml_dtypes.bfloat16)
+            # expert 0 BF16, expert 1 F16, expert 2 F32: every input dtype the quantizer accepts
+            dtype = (ml_dtypes.bfloat16, np.float16, np.float32)[e]
+            x = (base.reshape(shape[0], -1, 16) * mags).reshape(shape).astype(dtype)
             name = f"model.layers.0.mlp.experts.{e}.{proj}.weight"
             tensors[name] = x
             originals[name] = x.astype(np.float32)

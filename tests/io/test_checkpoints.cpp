@@ -135,6 +135,17 @@ TEST(Synth, LoaderBuildsConsistentMoeWeights) {
   // Block scales span a realistic range (log-normal block magnitudes), not one value.
   EXPECT_GT(scale_codes.size(), 20u);
   EXPECT_THROW(load_moe_layer(ckpt, tiny, quant, tiny.num_layers), Error);
+  // The same through the --model entry point.
+  const Nvfp4Checkpoint opened = open_nvfp4_checkpoint(dir.path());
+  EXPECT_EQ(opened.moe_layers(), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(opened.quant.quant_algo, "NVFP4");
+  const MoeWeights w2 = opened.load_moe_layer(2);
+  EXPECT_EQ(w2.w2_packed, load_moe_layer(ckpt, tiny, quant, 2).w2_packed);
+  std::filesystem::remove(dir / "hf_quant_config.json");
+  nlohmann::json config = read_json_file(dir / "config.json");
+  config.erase("quantization_config");
+  write_json_file(dir / "config.json", nlohmann::ordered_json::parse(config.dump()));
+  EXPECT_NE(error_of([&] { open_nvfp4_checkpoint(dir.path()); }).find("not an NVFP4 checkpoint"), std::string::npos);
 }
 
 // Each architecture's layout (Qwen3-MoE flat, Qwen3-Next fused DeltaNet projections, DeepSeek-V3
@@ -299,14 +310,61 @@ TEST(Quantize, W4A16AndSelectionOptions) {
   EXPECT_NE(e.find("already quantized"), std::string::npos) << e;
   e = error_of([&] { quantize_checkpoint(dir / "bf16", dir / "bf16", options); });
   EXPECT_NE(e.find("must differ"), std::string::npos) << e;
-  // A W4A16 checkpoint loads with unit input scales.
+  // A W4A16 checkpoint has no input_scale: it loads with absent (0) activation scales, which the
+  // W4A4 paths refuse instead of silently using a made-up scale.
   QuantizeOptions all;
   all.progress = false;
   all.quant_algo = "W4A16_NVFP4";
   quantize_checkpoint(dir / "bf16", dir / "q2", all);
   SafetensorsCheckpoint q2(dir / "q2");
   const MoeWeights w = load_moe_layer(q2, tiny, *read_quant_config(dir / "q2"), 0);
-  EXPECT_EQ(w.w13_input_scale[0], 1.0f);
+  EXPECT_EQ(w.w13_input_scale[0], 0.0f);
+  EXPECT_FALSE(w.has_input_scales());
+}
+
+// transformers v5 keeps experts stacked ([E, 2I, H] gate_up_proj, [E, H, I] down_proj); a BF16
+// checkpoint saved that way quantizes to exactly the same per-expert tensors as the unstacked one.
+TEST(Quantize, StackedExpertsSplitLikeModelOpt) {
+  ScratchDir dir;
+  const ModelConfig tiny = with_layers(model_preset("tiny"), 2);
+  synth_checkpoint(tiny, dir / "bf16", quiet_synth(6, 1ull << 30, false));
+  const int64_t E = tiny.num_experts, H = tiny.hidden, I = tiny.moe_inter;
+  {
+    SafetensorsCheckpoint in(dir / "bf16");
+    std::vector<TensorSpec> specs;
+    for (const std::string& n : in.names()) {
+      if (n.find(".mlp.experts.") == std::string::npos) specs.push_back({n, in.find(n)->dtype, in.find(n)->shape});
+    }
+    for (int64_t layer = 0; layer < tiny.num_layers; ++layer) {
+      specs.push_back({layer_prefix(tiny, layer) + "mlp.experts.gate_up_proj", Dtype::kBF16, {E, 2 * I, H}});
+      specs.push_back({layer_prefix(tiny, layer) + "mlp.experts.down_proj", Dtype::kBF16, {E, H, I}});
+    }
+    SafetensorsWriter writer(dir / "stacked", specs, 1ull << 30);
+    for (const std::string& n : in.names()) {
+      if (n.find(".mlp.experts.") == std::string::npos) writer.write(n, in.tensor(n).bytes());
+    }
+    for (int64_t layer = 0; layer < tiny.num_layers; ++layer) {
+      for (int64_t e = 0; e < E; ++e) {  // appended in order: expert e's gate rows, then its up rows
+        writer.write(layer_prefix(tiny, layer) + "mlp.experts.gate_up_proj", in.tensor(expert_prefix(tiny, layer, e) + "gate_proj.weight").bytes());
+        writer.write(layer_prefix(tiny, layer) + "mlp.experts.gate_up_proj", in.tensor(expert_prefix(tiny, layer, e) + "up_proj.weight").bytes());
+        writer.write(layer_prefix(tiny, layer) + "mlp.experts.down_proj", in.tensor(expert_prefix(tiny, layer, e) + "down_proj.weight").bytes());
+      }
+    }
+    writer.finish();
+    std::filesystem::copy_file(dir / "bf16" / "config.json", dir / "stacked" / "config.json");
+  }
+  EXPECT_TRUE(inspect_checkpoint(dir / "stacked", {true, false}).problems.empty());
+  QuantizeOptions options;
+  options.progress = false;
+  const QuantizeResult a = quantize_checkpoint(dir / "bf16", dir / "qa", options);
+  const QuantizeResult b = quantize_checkpoint(dir / "stacked", dir / "qb", options);
+  EXPECT_EQ(a.quantized, b.quantized);
+  EXPECT_EQ(all_tensor_bytes(dir / "qa"), all_tensor_bytes(dir / "qb"));
+  EXPECT_TRUE(inspect_checkpoint(dir / "qb", {true, false}).problems.empty());
+  // Without config.json the stacked layout cannot be checked: a clear error, not a guess.
+  std::filesystem::remove(dir / "stacked" / "config.json");
+  const std::string e = error_of([&] { quantize_checkpoint(dir / "stacked", dir / "qc", options); });
+  EXPECT_NE(e.find("stacked experts need the checkpoint's config.json"), std::string::npos) << e;
 }
 
 TEST(Quantize, ParseByteSize) {

@@ -6,7 +6,9 @@
 // tiles, y = moe_max_tiles (CTAs past the device-side tile count exit at once): no host sync.
 // Pipeline: STAGES-deep cp.async ring of (A tile BM x 128, W tile BN x 128 packed, its E4M3 scales);
 // A is XOR-swizzled by 16-byte chunk (conflict-free ldmatrix); W is copied verbatim (each lane later
-// reads its 16 bytes = 8 k steps of B fragments with one conflict-free LDS.128).
+// reads its 16 bytes = 8 k steps of B fragments with one conflict-free LDS.128). Decode (16-row
+// tiles): A fragments come straight from global (no A stage, ~10 KB per CTA) and K may be split over
+// gridDim.z CTAs whose fp32 partials reduce_splits_kernel adds in split order before the epilogue.
 // Dequantization (exact): a nibble placed at bf16 bits [15] and [8:6] is e2m1 * 2^-126 (code 1 is a
 // bf16 subnormal, which the bf16 multiply keeps); a 1 KB shared table maps each E4M3 code to
 // bf16x2(scale * 2^117) built from integers (subnormal scales included: no exponent-shift trick).
@@ -98,10 +100,14 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// Nibble pair p of a layout word as bf16x2 bits (value = e2m1 * 2^-126 in each half).
-__device__ __forceinline__ uint32_t nibble_pair(uint32_t word, int p) {
-  const uint32_t x = word >> (4 * p);
-  return ((x & 0x00070007u) << 6) | ((x & 0x00080008u) << 12);
+// Nibble pair P of a layout word as bf16x2 bits (value = e2m1 * 2^-126 in each half): magnitude bits of
+// nibbles P and P+4 to [8:6] / [24:22], sign bits to 15 / 31. Two funnel-free shifts and one LOP3.
+template <int P>
+__device__ __forceinline__ uint32_t nibble_pair(uint32_t word) {
+  constexpr int kMag = 6 - 4 * P, kSign = 12 - 4 * P;
+  const uint32_t mag = kMag >= 0 ? word << (kMag >= 0 ? kMag : 0) : word >> (kMag < 0 ? -kMag : 0);
+  const uint32_t sign = word << kSign;  // kSign >= 0 for P <= 3
+  return (mag & 0x01C001C0u) | (sign & 0x80008000u);
 }
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
@@ -145,26 +151,36 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
 
   for (int i = threadIdx.x; i < 256; i += THREADS) lut[i] = scale_lut_entry(i);
 
+  // cp.async issue with compile-time trip counts and per-thread bases hoisted out of the K loop (a
+  // loop starting at threadIdx.x has an unknown trip count and compiles to generic, IMAD-heavy code).
+  constexpr int A_CHUNKS = c.a_in_registers ? 0 : BM * 16, B_CHUNKS = (BN / 8) * 32, S_CHUNKS = (BN / 8) * 4;
+  static_assert(A_CHUNKS % THREADS == 0 && B_CHUNKS % THREADS == 0, "tile copies must split evenly over threads");
+  constexpr int A_ITERS = A_CHUNKS / THREADS, B_ITERS = B_CHUNKS / THREADS;
+  constexpr int A_ROWS_PER_ITER = THREADS / 16, B_BLOCKS_PER_ITER = THREADS / 32;
+  const int a_r = threadIdx.x / 16, a_ch = threadIdx.x % 16;  // A: row a_r + it * A_ROWS_PER_ITER, chunk a_ch
+  const __nv_bfloat16* a_src = abase + size_t(a_r) * p.k + a_ch * 8;
+  const int b_nb = threadIdx.x / 32, b_l = threadIdx.x % 32;  // W: block b_nb + it * B_BLOCKS_PER_ITER, lane b_l
+  const uint8_t* b_src = wbase + size_t(b_nb) * chunks * 512 + b_l * 16;
+  const bool s_active = threadIdx.x < S_CHUNKS;  // scales: S_CHUNKS <= THREADS
+  static_assert(S_CHUNKS <= THREADS, "one scale copy per thread at most");
+  const uint8_t* s_src = sbase + size_t(threadIdx.x / 4) * chunks * 64 + (threadIdx.x % 4) * 16;
   auto load_stage = [&](int kc, int stage) {
     uint8_t* sa = ring + stage * STAGE;
     uint8_t* sb = sa + A_BYTES;
     uint8_t* ss = sb + B_BYTES;
 #pragma unroll
-    for (int i = threadIdx.x; i < (c.a_in_registers ? 0 : BM * 16); i += THREADS) {
-      const int r = i / 16, ch = i % 16;
+    for (int it = 0; it < A_ITERS; ++it) {
+      const int r = a_r + it * A_ROWS_PER_ITER;
       const bool valid = r < rows;
-      cp_async16(sa + r * 256 + ((ch ^ (r & 7)) * 16), abase + size_t(valid ? r : 0) * p.k + kc * kChunkK + ch * 8,
-                 valid ? 16 : 0);
+      cp_async16(sa + r * 256 + ((a_ch ^ (r & 7)) * 16),
+                 valid ? a_src + size_t(it * A_ROWS_PER_ITER) * p.k + kc * kChunkK : abase, valid ? 16 : 0);
     }
 #pragma unroll
-    for (int i = threadIdx.x; i < (BN / 8) * 32; i += THREADS) {
-      const int nb = i / 32, l = i % 32;
-      cp_async16(sb + nb * 512 + l * 16, wbase + (size_t(nb) * chunks + kc) * 512 + l * 16, 16);
+    for (int it = 0; it < B_ITERS; ++it) {
+      cp_async16(sb + (b_nb + it * B_BLOCKS_PER_ITER) * 512 + b_l * 16,
+                 b_src + (size_t(it * B_BLOCKS_PER_ITER) * chunks + kc) * 512, 16);
     }
-    for (int i = threadIdx.x; i < (BN / 8) * 4; i += THREADS) {
-      const int nb = i / 4, q = i % 4;
-      cp_async16(ss + nb * 64 + q * 16, sbase + (size_t(nb) * chunks + kc) * 64 + q * 16, 16);
-    }
+    if (s_active) cp_async16(ss + threadIdx.x * 16, s_src + size_t(kc) * 64, 16);
   };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -227,8 +243,8 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
         const uint32_t word = (s / 2 == 0) ? wq[nt].x : (s / 2 == 1) ? wq[nt].y : (s / 2 == 2) ? wq[nt].z : wq[nt].w;
         const uint32_t codes = (s < 4) ? sc[nt].x : sc[nt].y;
         const uint32_t scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
-        const uint32_t b0 = bf16x2_mul(nibble_pair(word, (s & 1) * 2), scale);
-        const uint32_t b1 = bf16x2_mul(nibble_pair(word, (s & 1) * 2 + 1), scale);
+        const uint32_t b0 = bf16x2_mul((s & 1) ? nibble_pair<2>(word) : nibble_pair<0>(word), scale);
+        const uint32_t b1 = bf16x2_mul((s & 1) ? nibble_pair<3>(word) : nibble_pair<1>(word), scale);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) mma_bf16(acc[mt][nt], a[mt], b0, b1);
       }
