@@ -8,7 +8,8 @@
 # Environment: OUT (output folder; default ./gpu-check-out), FP4MOE_GPU_ARCHS (default 90a),
 #   FP4MOE_GPU_TARGETS (ninja targets; default all), FP4MOE_GPU_CTEST_REGEX (ctest -R filter),
 #   FP4MOE_GPU_BENCH_TOKENS (default 1,4,16,64,256,1024,4096), FP4MOE_GPU_BENCH_TIMEOUT (s, default 300),
-#   FP4MOE_GPU_SKIP (words: tests sanitizer bench).
+#   FP4MOE_GPU_SKIP (words: tests sanitizer bench qualify hfnames), FP4MOE_GPU_QUALIFY_PRESET (default
+#   qwen3.5-397b-a17b), FP4MOE_GPU_QUALIFY_MAX_TOKENS (default 1024).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source .deps/unpack.sh
@@ -88,6 +89,25 @@ if [[ $skip != *" bench "* ]] && [ -x "$fp4moe" ] && "$fp4moe" bench --help > /d
   record "bench moe" "$([ $rc = 0 ] && echo ok || echo FAILED)" $(( $(now) - t )) "log=bench.log json=bench.json"
 else
   record "bench moe" skipped 0 "no 'fp4moe bench' in this build (or skipped)"
+fi
+
+# 5. Qualification of every serving backend for a preset (the main job), with its table and plot.
+if [[ $skip != *" qualify "* ]] && [ -x "$fp4moe" ]; then
+  t=$(now)
+  FP4MOE_CACHE_DIR="$build/qualify-cache" timeout "${FP4MOE_GPU_QUALIFY_TIMEOUT:-400}" "$fp4moe" qualify --requalify \
+    --preset "${FP4MOE_GPU_QUALIFY_PRESET:-qwen3.5-397b-a17b}" --max-tokens "${FP4MOE_GPU_QUALIFY_MAX_TOKENS:-1024}" \
+    --json "$out/qualify.json" --plot "$out/qualify.svg" > "$out/qualify.txt" 2>&1
+  rc=$?
+  record "qualify" "$([ $rc = 0 ] && echo ok || echo FAILED)" $(( $(now) - t )) "log=qualify.txt json=qualify.json plot=qualify.svg"
+fi
+
+# 6. Tensor names of a synthetic checkpoint against transformers' own state_dict (no GPU needed).
+if [[ $skip != *" hfnames "* ]] && [ -x "$fp4moe" ]; then
+  t=$(now)
+  { rm -rf "$build/synth-tiny" && "$fp4moe" synth --preset tiny --seed 1 --out "$build/synth-tiny" &&
+    python3 tools/gpu/check_hf_names.py "$build/synth-tiny"; } > "$out/hf-names.txt" 2>&1
+  rc=$?
+  record "hf names" "$([ $rc = 0 ] && echo ok || echo FAILED)" $(( $(now) - t )) "log=hf-names.txt"
 fi
 
 {
