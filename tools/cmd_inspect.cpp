@@ -10,8 +10,9 @@ namespace fp4moe::cli {
 
 void register_inspect(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
-      "inspect", "Describe a checkpoint (architecture, shapes, quantization, size) and report inconsistencies; exits 2 "
-                 "when there are any, 1 when the checkpoint cannot be read");
+      "inspect",
+      "Describe a checkpoint (architecture, shapes, quantization, size) and report inconsistencies; exits 2 "
+      "when there are any, 1 when the checkpoint cannot be read");
   auto dir = std::make_shared<std::string>();
   auto no_scan = std::make_shared<bool>(false);
   sub->add_option("dir", *dir, "Checkpoint directory (or a single .safetensors file)")->required();

@@ -10,8 +10,9 @@ namespace fp4moe::cli {
 
 void register_quantize(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
-      "quantize", "Quantize a BF16/FP16/FP32 safetensors checkpoint to a ModelOpt-style NVFP4 checkpoint (by default "
-                  "the routed experts, as the Qwen3.5 NVFP4 exports do)");
+      "quantize",
+      "Quantize a BF16/FP16/FP32 safetensors checkpoint to a ModelOpt-style NVFP4 checkpoint (by default "
+      "the routed experts, as the Qwen3.5 NVFP4 exports do)");
   struct Args {
     std::string in, out, max_shard = "5GB", algo = "NVFP4";
     std::vector<std::string> include, exclude;
@@ -23,7 +24,8 @@ void register_quantize(CLI::App& app) {
   sub->add_option("--include", args->include,
                   "Quantize tensors matching this fnmatch pattern (repeatable; default: "
                   "*.mlp.experts.*.{gate,up,down}_proj.weight)");
-  sub->add_option("--exclude", args->exclude, "Never quantize tensors matching this pattern (repeatable; default: mtp.*)");
+  sub->add_option("--exclude", args->exclude,
+                  "Never quantize tensors matching this pattern (repeatable; default: mtp.*)");
   sub->add_option("--quant-algo", args->algo, "NVFP4 (W4A4, with input_scale) or W4A16_NVFP4")
       ->check(CLI::IsMember({"NVFP4", "W4A16_NVFP4"}));
   sub->add_option("--input-amax", args->input_amax,

@@ -13,8 +13,9 @@ namespace fp4moe::cli {
 
 void register_synth(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
-      "synth", "Write a synthetic checkpoint (config.json, hf_quant_config.json, sharded safetensors) with the tensor "
-               "names, dtypes and shapes of a ModelOpt NVFP4 export of a preset model, and random weights");
+      "synth",
+      "Write a synthetic checkpoint (config.json, hf_quant_config.json, sharded safetensors) with the tensor "
+      "names, dtypes and shapes of a ModelOpt NVFP4 export of a preset model, and random weights");
   struct Args {
     std::string preset;
     std::string config;
@@ -29,14 +30,15 @@ void register_synth(CLI::App& app) {
   for (const std::string& name : preset_names()) presets += (presets.empty() ? "" : ", ") + name;
   CLI::Option* preset_option = sub->add_option("--preset", args->preset, "Model preset: " + presets);
   CLI::Option* config_option = sub->add_option("--config", args->config,
-                                        "A Hugging Face config.json to mimic instead of a preset (qwen3_5_moe, "
-                                        "qwen3_next, qwen3_moe, deepseek_v3)");
+                                               "A Hugging Face config.json to mimic instead of a preset (qwen3_5_moe, "
+                                               "qwen3_next, qwen3_moe, deepseek_v3)");
   preset_option->excludes(config_option);
   config_option->excludes(preset_option);
   sub->add_option("--layers", args->layers, "Keep only the first N layers (default: all)")->check(CLI::PositiveNumber);
   sub->add_option("--seed", args->seed, "Random seed; the same seed gives identical files (default 0)");
   sub->add_option("--out", args->out, "Output directory (created)")->required();
-  sub->add_option("--max-shard-size", args->max_shard, "Largest safetensors shard, e.g. 5GB, 500MB, 1000000 (default 5GB)");
+  sub->add_option("--max-shard-size", args->max_shard,
+                  "Largest safetensors shard, e.g. 5GB, 500MB, 1000000 (default 5GB)");
   sub->add_flag("--bf16", args->bf16, "Write BF16 experts and no quantization config (an input for `fp4moe quantize`)");
   set_action(sub, [args] {
     FP4MOE_CHECK(!args->preset.empty() || !args->config.empty(), "synth needs --preset NAME or --config FILE");
@@ -47,8 +49,8 @@ void register_synth(CLI::App& app) {
     options.max_shard_bytes = parse_byte_size(args->max_shard);
     options.quantized = !args->bf16;
     const SynthResult r = synth_checkpoint(config, args->out, options);
-    std::printf("wrote %s: %s, %lld layers, %lld tensors, %.3f GB in %d shard%s\n", args->out.c_str(), config.name.c_str(),
-                static_cast<long long>(config.num_layers), static_cast<long long>(r.tensors),
+    std::printf("wrote %s: %s, %lld layers, %lld tensors, %.3f GB in %d shard%s\n", args->out.c_str(),
+                config.name.c_str(), static_cast<long long>(config.num_layers), static_cast<long long>(r.tensors),
                 static_cast<double>(r.bytes) / 1e9, r.shards, r.shards == 1 ? "" : "s");
     return 0;
   });

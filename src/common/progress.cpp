@@ -45,9 +45,12 @@ void Progress::finish() {
 std::string Progress::amount(double units) const {
   char buf[64];
   if (unit_ == "B") {
-    if (units >= 1e9) std::snprintf(buf, sizeof(buf), "%.2f GB", units / 1e9);
-    else if (units >= 1e6) std::snprintf(buf, sizeof(buf), "%.1f MB", units / 1e6);
-    else std::snprintf(buf, sizeof(buf), "%.0f kB", units / 1e3);
+    if (units >= 1e9)
+      std::snprintf(buf, sizeof(buf), "%.2f GB", units / 1e9);
+    else if (units >= 1e6)
+      std::snprintf(buf, sizeof(buf), "%.1f MB", units / 1e6);
+    else
+      std::snprintf(buf, sizeof(buf), "%.0f kB", units / 1e3);
   } else {
     std::snprintf(buf, sizeof(buf), "%.0f %s", units, unit_.c_str());
   }
@@ -70,12 +73,14 @@ void Progress::draw(bool final_line) {
   constexpr int kWidth = 30;
   const double fraction = total_ ? std::min(1.0, static_cast<double>(done_) / static_cast<double>(total_)) : 0.0;
   const int filled = static_cast<int>(fraction * kWidth);
-  line = label_ + " [" + std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(kWidth - filled), '.') + "] ";
+  line = label_ + " [" + std::string(static_cast<size_t>(filled), '#') +
+         std::string(static_cast<size_t>(kWidth - filled), '.') + "] ";
   char buf[128];
   if (total_) {
     const double eta = rate > 0 ? static_cast<double>(total_ - std::min(total_, done_)) / rate : 0.0;
-    std::snprintf(buf, sizeof(buf), "%3.0f%%  %s / %s  %s/s  ETA %.0f s", fraction * 100, amount(static_cast<double>(done_)).c_str(),
-                  amount(static_cast<double>(total_)).c_str(), amount(rate).c_str(), eta);
+    std::snprintf(buf, sizeof(buf), "%3.0f%%  %s / %s  %s/s  ETA %.0f s", fraction * 100,
+                  amount(static_cast<double>(done_)).c_str(), amount(static_cast<double>(total_)).c_str(),
+                  amount(rate).c_str(), eta);
   } else {
     std::snprintf(buf, sizeof(buf), "%s  %s/s", amount(static_cast<double>(done_)).c_str(), amount(rate).c_str());
   }

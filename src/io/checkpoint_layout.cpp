@@ -11,7 +11,9 @@ namespace fp4moe {
 
 namespace {
 
-TensorSpec bf16(std::string name, std::vector<int64_t> shape) { return {std::move(name), Dtype::kBF16, std::move(shape)}; }
+TensorSpec bf16(std::string name, std::vector<int64_t> shape) {
+  return {std::move(name), Dtype::kBF16, std::move(shape)};
+}
 
 bool is_qwen_hybrid(const ModelConfig& c) { return c.full_attention_interval > 0; }
 bool is_qwen3_5(const ModelConfig& c) { return c.architecture == "Qwen3_5MoeForConditionalGeneration"; }

@@ -143,8 +143,9 @@ void read_deepseek_v3(const Fields& f, ModelConfig& c) {
   c.routed_scaling_factor = f.number("routed_scaling_factor");
   const std::string scoring = f.string("scoring_func", "sigmoid");
   const std::string method = f.string("topk_method", "noaux_tc");
-  FP4MOE_CHECK(scoring == "sigmoid" && method == "noaux_tc", f.label(), ": scoring_func '", scoring, "' with topk_method '",
-               method, "' is not supported (fp4moe implements DeepSeek-V3's sigmoid + noaux_tc routing)");
+  FP4MOE_CHECK(scoring == "sigmoid" && method == "noaux_tc", f.label(), ": scoring_func '", scoring,
+               "' with topk_method '", method,
+               "' is not supported (fp4moe implements DeepSeek-V3's sigmoid + noaux_tc routing)");
   FP4MOE_CHECK(f.boolean("norm_topk_prob", true), f.label(), ": norm_topk_prob false is not supported for deepseek_v3");
   c.routing = "sigmoid_grouped_topk";
   c.q_lora_rank = f.integer("q_lora_rank", 0);
@@ -159,9 +160,9 @@ void read_deepseek_v3(const Fields& f, ModelConfig& c) {
 }
 
 void check_positive(const ModelConfig& c, std::string_view label) {
-  const std::pair<const char*, int64_t> fields[] = {{"num_hidden_layers", c.num_layers}, {"hidden_size", c.hidden},
-                                                    {"vocab_size", c.vocab}, {"num experts", c.num_experts},
-                                                    {"num_experts_per_tok", c.top_k}, {"moe_intermediate_size", c.moe_inter}};
+  const std::pair<const char*, int64_t> fields[] = {
+      {"num_hidden_layers", c.num_layers}, {"hidden_size", c.hidden},        {"vocab_size", c.vocab},
+      {"num experts", c.num_experts},      {"num_experts_per_tok", c.top_k}, {"moe_intermediate_size", c.moe_inter}};
   for (const auto& [name, value] : fields) FP4MOE_CHECK(value > 0, label, ": ", name, " must be > 0, got ", value);
   FP4MOE_CHECK(c.top_k <= c.num_experts, label, ": num_experts_per_tok ", c.top_k, " exceeds the ", c.num_experts,
                " experts");
@@ -216,7 +217,8 @@ ModelConfig parse_hf_config(const json& config, std::string_view label) {
     if (c.architecture.empty()) c.architecture = "Qwen3_5MoeForConditionalGeneration";
   } else if (model_type == "qwen3_5_moe_text" || model_type == "qwen3_next") {
     read_qwen_hybrid(top, c);
-    if (c.architecture.empty()) c.architecture = model_type == "qwen3_next" ? "Qwen3NextForCausalLM" : "Qwen3_5MoeForCausalLM";
+    if (c.architecture.empty())
+      c.architecture = model_type == "qwen3_next" ? "Qwen3NextForCausalLM" : "Qwen3_5MoeForCausalLM";
   } else if (model_type == "qwen3_moe") {
     read_qwen3_moe(top, c);
     if (c.architecture.empty()) c.architecture = "Qwen3MoeForCausalLM";
@@ -295,7 +297,8 @@ ojson hf_config_json(const ModelConfig& c) {
     rope(t);
     // transformers v5 reads RoPE from rope_parameters; the multimodal RoPE sections split the
     // rotary half-dimension 11:11:10 as the Qwen3.5 configs do.
-    ojson params = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}, {"partial_rotary_factor", c.partial_rotary_factor}};
+    ojson params = {
+        {"rope_type", "default"}, {"rope_theta", c.rope_theta}, {"partial_rotary_factor", c.partial_rotary_factor}};
     if (wrapper) {
       const int64_t half = static_cast<int64_t>(std::llround(c.head_dim * c.partial_rotary_factor)) / 2;
       const int64_t s = static_cast<int64_t>(std::llround(half * 11.0 / 32.0));
@@ -380,8 +383,10 @@ QuantConfig parse_hf_quant_config(const json& doc, std::string_view label) {
   check_quant_algo(q, label);  // before group_size, so the algo error wins
   q.group_size = f.integer("group_size");
   check_quant_algo(q, label);
-  q.kv_cache_quant_algo = kv_algo_from_json(f.has("kv_cache_quant_algo") ? f.raw("kv_cache_quant_algo") : json(), label);
-  q.exclude_modules = string_list(f.has("exclude_modules") ? f.raw("exclude_modules") : json(), label, "exclude_modules");
+  q.kv_cache_quant_algo =
+      kv_algo_from_json(f.has("kv_cache_quant_algo") ? f.raw("kv_cache_quant_algo") : json(), label);
+  q.exclude_modules =
+      string_list(f.has("exclude_modules") ? f.raw("exclude_modules") : json(), label, "exclude_modules");
   return q;
 }
 
@@ -414,12 +419,14 @@ QuantConfig parse_quantization_config(const json& qc, std::string_view label) {
     Fields kv(f.raw("kv_cache_scheme"), std::string(label) + " kv_cache_scheme");
     const int64_t bits = kv.integer("num_bits");
     const std::string type = kv.string("type", "float");
-    FP4MOE_CHECK(type == "float" && (bits == 8 || bits == 4), label, ": kv_cache_scheme ", f.raw("kv_cache_scheme").dump(),
-                 " is not supported (8- or 4-bit float)");
+    FP4MOE_CHECK(type == "float" && (bits == 8 || bits == 4), label, ": kv_cache_scheme ",
+                 f.raw("kv_cache_scheme").dump(), " is not supported (8- or 4-bit float)");
     q.kv_cache_quant_algo = bits == 8 ? "FP8" : "NVFP4";
   }
-  if (f.has("ignore")) q.exclude_modules = string_list(f.raw("ignore"), label, "ignore");
-  else if (f.has("exclude_modules")) q.exclude_modules = string_list(f.raw("exclude_modules"), label, "exclude_modules");
+  if (f.has("ignore"))
+    q.exclude_modules = string_list(f.raw("ignore"), label, "ignore");
+  else if (f.has("exclude_modules"))
+    q.exclude_modules = string_list(f.raw("exclude_modules"), label, "exclude_modules");
   if (f.has("producer")) {
     Fields producer(f.raw("producer"), std::string(label) + " producer");
     q.producer_name = producer.string("name", "");
@@ -442,8 +449,8 @@ std::optional<QuantConfig> read_quant_config(const std::filesystem::path& dir) {
   QuantConfig q = parse_hf_quant_config(read_json_file(hf_quant), hf_quant.string());
   if (from_config) {
     FP4MOE_CHECK(from_config->quant_algo == q.quant_algo && from_config->group_size == q.group_size, hf_quant.string(),
-                 ": quant_algo ", q.quant_algo, " / group_size ", q.group_size, " disagree with ", config.string(), " (",
-                 from_config->quant_algo, " / ", from_config->group_size, ")");
+                 ": quant_algo ", q.quant_algo, " / group_size ", q.group_size, " disagree with ", config.string(),
+                 " (", from_config->quant_algo, " / ", from_config->group_size, ")");
   }
   return q;
 }
@@ -473,7 +480,8 @@ ojson quantization_config_json(const QuantConfig& q) {
   if (q.kv_cache_quant_algo.empty()) {
     j["kv_cache_scheme"] = nullptr;
   } else {
-    j["kv_cache_scheme"] = {{"dynamic", false}, {"num_bits", q.kv_cache_quant_algo == "FP8" ? 8 : 4}, {"type", "float"}};
+    j["kv_cache_scheme"] = {
+        {"dynamic", false}, {"num_bits", q.kv_cache_quant_algo == "FP8" ? 8 : 4}, {"type", "float"}};
   }
   j["producer"] = {{"name", q.producer_name}, {"version", q.producer_version}};
   j["quant_method"] = "modelopt";

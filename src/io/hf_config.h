@@ -27,13 +27,13 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& config);
 
 // The quantization of a ModelOpt checkpoint.
 struct QuantConfig {
-  std::string quant_algo;                    // "NVFP4" (W4A4) or "W4A16_NVFP4"
+  std::string quant_algo;  // "NVFP4" (W4A4) or "W4A16_NVFP4"
   int64_t group_size = 16;
   std::string kv_cache_quant_algo;           // "" when the KV cache is not quantized, else "FP8" / "NVFP4"
   std::vector<std::string> exclude_modules;  // module names or fnmatch wildcards left unquantized
   std::string producer_name = "modelopt";
   std::string producer_version;
-  std::string source;                        // the file it was read from
+  std::string source;  // the file it was read from
   // W4A4 checkpoints carry a static input_scale per quantized linear; W4A16 ones do not.
   bool has_input_scale() const { return quant_algo == "NVFP4"; }
 };

@@ -27,9 +27,12 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 std::string gb(uint64_t bytes) {
   char buf[32];
   const double b = static_cast<double>(bytes);
-  if (b >= 1e9) std::snprintf(buf, sizeof(buf), "%.2f GB", b / 1e9);
-  else if (b >= 1e6) std::snprintf(buf, sizeof(buf), "%.2f MB", b / 1e6);
-  else std::snprintf(buf, sizeof(buf), "%.1f kB", b / 1e3);
+  if (b >= 1e9)
+    std::snprintf(buf, sizeof(buf), "%.2f GB", b / 1e9);
+  else if (b >= 1e6)
+    std::snprintf(buf, sizeof(buf), "%.2f MB", b / 1e6);
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f kB", b / 1e3);
   return buf;
 }
 
@@ -77,9 +80,9 @@ InspectReport inspect_checkpoint(const std::filesystem::path& dir, const Inspect
     tensor_bytes += t->nbytes();
     bytes_by_dtype[std::string(dtype_name(t->dtype))] += t->nbytes();
   }
-  out.push_back("checkpoint: " + ckpt.dir().string() + " (" + std::to_string(ckpt.files().size()) + " safetensors file" +
-                (ckpt.files().size() == 1 ? "" : "s") + (ckpt.has_index() ? " + index" : "") + ", " +
-                gb(ckpt.total_file_bytes()) + " on disk, " + std::to_string(ckpt.names().size()) + " tensors)");
+  out.push_back("checkpoint: " + ckpt.dir().string() + " (" + std::to_string(ckpt.files().size()) +
+                " safetensors file" + (ckpt.files().size() == 1 ? "" : "s") + (ckpt.has_index() ? " + index" : "") +
+                ", " + gb(ckpt.total_file_bytes()) + " on disk, " + std::to_string(ckpt.names().size()) + " tensors)");
   std::string dtypes = "bytes by dtype:";
   for (const auto& [dtype, bytes] : bytes_by_dtype) dtypes += " " + dtype + " " + gb(bytes) + ";";
   out.push_back(dtypes);
@@ -117,9 +120,9 @@ InspectReport inspect_checkpoint(const std::filesystem::path& dir, const Inspect
     }
     if (c.kv_lora_rank > 0) attn += "; MLA kv_lora_rank " + std::to_string(c.kv_lora_rank);
     out.push_back(attn);
-    out.push_back("MoE: " + std::to_string(c.num_experts) + " experts, top-" + std::to_string(c.top_k) + ", moe_inter " +
-                  std::to_string(c.moe_inter) + ", shared expert " + std::to_string(c.shared_expert_inter) +
-                  ", routing " + c.routing +
+    out.push_back("MoE: " + std::to_string(c.num_experts) + " experts, top-" + std::to_string(c.top_k) +
+                  ", moe_inter " + std::to_string(c.moe_inter) + ", shared expert " +
+                  std::to_string(c.shared_expert_inter) + ", routing " + c.routing +
                   (c.first_dense_layers ? ", first " + std::to_string(c.first_dense_layers) + " layers dense" : ""));
   }
   if (quant) {
@@ -162,7 +165,8 @@ InspectReport inspect_checkpoint(const std::filesystem::path& dir, const Inspect
       continue;
     }
     nvfp4_bytes += w->nbytes() + ws->nbytes();
-    if (w->dtype != Dtype::kU8 || w->shape.size() != 2) problems.add(weight + ": is " + describe(*w) + ", expected U8 [out, in/2]");
+    if (w->dtype != Dtype::kU8 || w->shape.size() != 2)
+      problems.add(weight + ": is " + describe(*w) + ", expected U8 [out, in/2]");
     if (ws->dtype != Dtype::kF8E4M3 || ws->shape.size() != 2) {
       problems.add(scale + ": is " + describe(*ws) + ", expected F8_E4M3 [out, in/16]");
     } else if (w->shape.size() == 2 && (ws->shape[0] != w->shape[0] || ws->shape[1] * 16 != w->shape[1] * 2)) {
@@ -173,14 +177,17 @@ InspectReport inspect_checkpoint(const std::filesystem::path& dir, const Inspect
     if (!ckpt.contains(base + ".weight_scale_2")) {
       problems.add(base + ": missing weight_scale_2");
     } else if (std::optional<float> v = scalar(ckpt, base + ".weight_scale_2", problems)) {
-      if (!(std::isfinite(*v) && *v > 0.0f)) problems.add(base + ".weight_scale_2 = " + std::to_string(*v) + ", must be finite and > 0");
+      if (!(std::isfinite(*v) && *v > 0.0f))
+        problems.add(base + ".weight_scale_2 = " + std::to_string(*v) + ", must be finite and > 0");
       scale2_of[base] = *v;
     }
     const bool has_input = ckpt.contains(base + ".input_scale");
-    if (quant && quant->has_input_scale() && !has_input) problems.add(base + ": missing input_scale (quant_algo NVFP4 is W4A4)");
+    if (quant && quant->has_input_scale() && !has_input)
+      problems.add(base + ": missing input_scale (quant_algo NVFP4 is W4A4)");
     if (has_input) {
       if (std::optional<float> v = scalar(ckpt, base + ".input_scale", problems)) {
-        if (!(std::isfinite(*v) && *v > 0.0f)) problems.add(base + ".input_scale = " + std::to_string(*v) + ", must be finite and > 0");
+        if (!(std::isfinite(*v) && *v > 0.0f))
+          problems.add(base + ".input_scale = " + std::to_string(*v) + ", must be finite and > 0");
       }
     }
     if (quant && module_excluded(*quant, base)) {
@@ -212,12 +219,15 @@ InspectReport inspect_checkpoint(const std::filesystem::path& dir, const Inspect
   scale_warnings.close("gate/up scale mismatches");
   if (!bases.empty() && ckpt.contains(bases.front() + ".weight")) {
     out.push_back("NVFP4 linears: " + std::to_string(bases.size()) + ", " + gb(nvfp4_bytes) + " (" +
-                  std::to_string(tensor_bytes ? 100 * nvfp4_bytes / tensor_bytes : 0) + "% of the tensor bytes); e.g. " +
-                  bases.front() + ": weight " + describe(*ckpt.find(bases.front() + ".weight")) + ", weight_scale " +
+                  std::to_string(tensor_bytes ? 100 * nvfp4_bytes / tensor_bytes : 0) +
+                  "% of the tensor bytes); e.g. " + bases.front() + ": weight " +
+                  describe(*ckpt.find(bases.front() + ".weight")) + ", weight_scale " +
                   describe(*ckpt.find(bases.front() + ".weight_scale")));
   }
-  if (!bases.empty() && !quant) report.problems.push_back("NVFP4 tensors present but no hf_quant_config.json or quantization_config");
-  if (bases.empty() && quant) report.problems.push_back("quantization config present but no NVFP4 tensors (no *.weight_scale)");
+  if (!bases.empty() && !quant)
+    report.problems.push_back("NVFP4 tensors present but no hf_quant_config.json or quantization_config");
+  if (bases.empty() && quant)
+    report.problems.push_back("quantization config present but no NVFP4 tensors (no *.weight_scale)");
 
   if (config) {
     const ModelConfig& c = *config;
@@ -226,8 +236,10 @@ InspectReport inspect_checkpoint(const std::filesystem::path& dir, const Inspect
     for (int64_t layer = 0; layer < c.num_layers; ++layer) {
       for (const TensorSpec& s : layer_dense_tensor_specs(c, layer)) {
         const TensorInfo* t = ckpt.find(s.name);
-        if (t == nullptr) dense_missing.add("expected tensor not found: " + s.name + " " + shape_string(s.shape));
-        else if (t->shape != s.shape) mismatch.add(s.name + ": shape " + shape_string(t->shape) + ", config implies " + shape_string(s.shape));
+        if (t == nullptr)
+          dense_missing.add("expected tensor not found: " + s.name + " " + shape_string(s.shape));
+        else if (t->shape != s.shape)
+          mismatch.add(s.name + ": shape " + shape_string(t->shape) + ", config implies " + shape_string(s.shape));
       }
       if (!is_moe_layer(c, layer)) continue;
       const std::string stacked = layer_prefix(c, layer) + "mlp.experts.";
@@ -237,14 +249,17 @@ InspectReport inspect_checkpoint(const std::filesystem::path& dir, const Inspect
             {stacked + "down_proj", {c.num_experts, c.hidden, c.moe_inter}}};
         for (const auto& [name, shape] : want) {
           const TensorInfo* t = ckpt.find(name);
-          if (t == nullptr) missing.add("missing stacked expert tensor " + name);
-          else if (t->shape != shape) mismatch.add(name + ": shape " + shape_string(t->shape) + ", config implies " + shape_string(shape));
+          if (t == nullptr)
+            missing.add("missing stacked expert tensor " + name);
+          else if (t->shape != shape)
+            mismatch.add(name + ": shape " + shape_string(t->shape) + ", config implies " + shape_string(shape));
         }
         continue;
       }
       for (int64_t e = 0; e < c.num_experts; ++e) {
-        const ExpertFormat format = !nvfp4 ? ExpertFormat::kBf16
-                                   : quant->has_input_scale() ? ExpertFormat::kNvfp4 : ExpertFormat::kNvfp4NoInputScale;
+        const ExpertFormat format = !nvfp4                     ? ExpertFormat::kBf16
+                                    : quant->has_input_scale() ? ExpertFormat::kNvfp4
+                                                               : ExpertFormat::kNvfp4NoInputScale;
         for (const TensorSpec& s : expert_tensor_specs(c, layer, e, format)) {
           const TensorInfo* t = ckpt.find(s.name);
           if (t == nullptr) {
@@ -252,7 +267,8 @@ InspectReport inspect_checkpoint(const std::filesystem::path& dir, const Inspect
           } else if (t->shape != s.shape && !(s.shape.empty() && t->numel() == 1)) {
             mismatch.add(s.name + ": shape " + shape_string(t->shape) + ", config implies " + shape_string(s.shape));
           } else if (nvfp4 && t->dtype != s.dtype) {
-            mismatch.add(s.name + ": dtype " + std::string(dtype_name(t->dtype)) + ", expected " + std::string(dtype_name(s.dtype)));
+            mismatch.add(s.name + ": dtype " + std::string(dtype_name(t->dtype)) + ", expected " +
+                         std::string(dtype_name(s.dtype)));
           }
         }
       }
@@ -267,8 +283,10 @@ InspectReport inspect_checkpoint(const std::filesystem::path& dir, const Inspect
     for (const std::string& name : ckpt.names()) {
       std::smatch m;
       if (!std::regex_search(name, m, layer_re)) continue;
-      if (std::stoll(m[1].str()) >= c.num_layers) extra.add(name + ": layer beyond num_hidden_layers " + std::to_string(c.num_layers));
-      else if (m[3].matched && std::stoll(m[3].str()) >= c.num_experts) extra.add(name + ": expert beyond the " + std::to_string(c.num_experts) + " experts");
+      if (std::stoll(m[1].str()) >= c.num_layers)
+        extra.add(name + ": layer beyond num_hidden_layers " + std::to_string(c.num_layers));
+      else if (m[3].matched && std::stoll(m[3].str()) >= c.num_experts)
+        extra.add(name + ": expert beyond the " + std::to_string(c.num_experts) + " experts");
     }
     extra.close("tensors beyond the configuration");
   }

@@ -18,8 +18,8 @@
 
 namespace fp4moe {
 
-MoeWeights load_moe_layer(const SafetensorsCheckpoint& checkpoint, const ModelConfig& config,
-                          const QuantConfig& quant, int64_t layer);
+MoeWeights load_moe_layer(const SafetensorsCheckpoint& checkpoint, const ModelConfig& config, const QuantConfig& quant,
+                          int64_t layer);
 
 // An opened ModelOpt NVFP4 checkpoint directory (what `--model DIR` points at): the mapped
 // tensors, the model config (config.json) and the quantization (hf_quant_config.json or

@@ -130,8 +130,8 @@ Nvfp4Matrix quantize_nvfp4_parallel(std::span<const float> x, int64_t rows, int6
       rows,
       [&](int64_t begin, int64_t end) {
         const auto b = static_cast<size_t>(begin), n = static_cast<size_t>(end - begin), c = static_cast<size_t>(cols);
-        quantize_nvfp4_into(x.subspan(b * c, n * c), end - begin, cols, tensor_scale, packed.subspan(b * c / 2, n * c / 2),
-                            scales.subspan(b * c / 16, n * c / 16));
+        quantize_nvfp4_into(x.subspan(b * c, n * c), end - begin, cols, tensor_scale,
+                            packed.subspan(b * c / 2, n * c / 2), scales.subspan(b * c / 16, n * c / 16));
       },
       std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)));
   return m;
@@ -140,15 +140,17 @@ Nvfp4Matrix quantize_nvfp4_parallel(std::span<const float> x, int64_t rows, int6
 uint64_t parse_byte_size(const std::string& text) {
   size_t i = 0;
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  FP4MOE_CHECK(i > 0 && i <= 18, "invalid size '", text, "': expected a number of bytes, e.g. 5000000000, 5GB or 500MiB");
+  FP4MOE_CHECK(i > 0 && i <= 18, "invalid size '", text,
+               "': expected a number of bytes, e.g. 5000000000, 5GB or 500MiB");
   const uint64_t value = std::stoull(text.substr(0, i));
   std::string unit = text.substr(i);
   for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  const std::map<std::string, uint64_t> units = {{"", 1},           {"B", 1},           {"KB", 1000},
-                                                 {"MB", 1000000},   {"GB", 1000000000}, {"KIB", 1024},
-                                                 {"MIB", 1 << 20},  {"GIB", 1 << 30}};
+  const std::map<std::string, uint64_t> units = {{"", 1},          {"B", 1},           {"KB", 1000},
+                                                 {"MB", 1000000},  {"GB", 1000000000}, {"KIB", 1024},
+                                                 {"MIB", 1 << 20}, {"GIB", 1 << 30}};
   auto it = units.find(unit);
-  FP4MOE_CHECK(it != units.end(), "invalid size '", text, "': unknown unit '", text.substr(i), "' (B, KB, MB, GB, KiB, MiB, GiB)");
+  FP4MOE_CHECK(it != units.end(), "invalid size '", text, "': unknown unit '", text.substr(i),
+               "' (B, KB, MB, GB, KiB, MiB, GiB)");
   FP4MOE_CHECK(value > 0 && value <= UINT64_MAX / it->second, "invalid size '", text, "'");
   return value * it->second;
 }
@@ -191,13 +193,16 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& in_dir, const st
     selected[name] = pick;
     if (!pick) {
       specs.push_back({name, t.dtype, t.shape});
-      if (t.shape.size() == 2 && is_float_dtype(t.dtype) && ends_with(name, ".weight")) unquantized_linears.push_back(name);
+      if (t.shape.size() == 2 && is_float_dtype(t.dtype) && ends_with(name, ".weight"))
+        unquantized_linears.push_back(name);
       continue;
     }
     const std::string where = in_dir.string() + ": tensor '" + name + "'";
-    FP4MOE_CHECK(is_float_dtype(t.dtype), where, " is ", dtype_name(t.dtype), "; only BF16, F16 and F32 can be quantized");
+    FP4MOE_CHECK(is_float_dtype(t.dtype), where, " is ", dtype_name(t.dtype),
+                 "; only BF16, F16 and F32 can be quantized");
     if (is_fused_gate_up(name) || is_fused_down(name)) {
-      FP4MOE_CHECK(config.has_value(), where, ": stacked experts need the checkpoint's config.json to know their layout");
+      FP4MOE_CHECK(config.has_value(), where,
+                   ": stacked experts need the checkpoint's config.json to know their layout");
       const int64_t E = config->num_experts, H = config->hidden, I = config->moe_inter;
       const bool gate_up = is_fused_gate_up(name);
       const std::vector<int64_t> want = gate_up ? std::vector<int64_t>{E, 2 * I, H} : std::vector<int64_t>{E, H, I};
@@ -207,8 +212,10 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& in_dir, const st
                    " must be multiples of 16");
       for (int64_t e = 0; e < E; ++e) {
         const std::string p = fused_prefix(name) + std::to_string(e) + ".";
-        for (const char* proj : gate_up ? std::vector<const char*>{"gate_proj", "up_proj"} : std::vector<const char*>{"down_proj"}) {
-          FP4MOE_CHECK(!in.contains(p + proj + ".weight"), where, ": the input also has per-expert ", p, proj, ".weight");
+        for (const char* proj :
+             gate_up ? std::vector<const char*>{"gate_proj", "up_proj"} : std::vector<const char*>{"down_proj"}) {
+          FP4MOE_CHECK(!in.contains(p + proj + ".weight"), where, ": the input also has per-expert ", p, proj,
+                       ".weight");
           quantized_modules.push_back(p + proj);
           add_nvfp4_specs(specs, p + proj + ".", gate_up ? I : H, gate_up ? H : I, w4a4);
         }
@@ -216,7 +223,8 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& in_dir, const st
       continue;
     }
     FP4MOE_CHECK(ends_with(name, ".weight"), where, " matches --include but is not a .weight");
-    FP4MOE_CHECK(t.shape.size() == 2, where, " has shape ", shape_string(t.shape), "; only 2-D linear weights can be NVFP4");
+    FP4MOE_CHECK(t.shape.size() == 2, where, " has shape ", shape_string(t.shape),
+                 "; only 2-D linear weights can be NVFP4");
     FP4MOE_CHECK(t.shape[1] % kNvfp4BlockSize == 0, where, ": in-features ", t.shape[1], " is not a multiple of 16");
     const std::string base = name.substr(0, name.size() - 6);
     quantized_modules.push_back(base.substr(0, base.size() - 1));
@@ -255,7 +263,8 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& in_dir, const st
         const std::string p = fused_prefix(name) + std::to_string(e) + ".";
         if (gate_up) {  // gate rows [0, I), up rows [I, 2I) of expert e share weight_scale_2
           const int64_t I = R / 2;
-          const float scale = weight_scale_for_amax(std::max(rows_amax(in, view, e * R, I, C), rows_amax(in, view, e * R + I, I, C)));
+          const float scale =
+              weight_scale_for_amax(std::max(rows_amax(in, view, e * R, I, C), rows_amax(in, view, e * R + I, I, C)));
           quantize_rows(in, view, e * R, I, C, scale, writer, p + "gate_proj.", advance_fn);
           quantize_rows(in, view, e * R + I, I, C, scale, writer, p + "up_proj.", advance_fn);
           for (const char* proj : {"gate_proj.", "up_proj."}) {
@@ -278,7 +287,9 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& in_dir, const st
     float scale = 0.0f;
     // gate_proj and up_proj of one expert share weight_scale_2 when both are quantized.
     const bool is_gate = ends_with(base, "gate_proj."), is_up = ends_with(base, "up_proj.");
-    const std::string pair_key = is_gate ? base.substr(0, base.size() - 10) : is_up ? base.substr(0, base.size() - 8) : "";
+    const std::string pair_key = is_gate ? base.substr(0, base.size() - 10)
+                                 : is_up ? base.substr(0, base.size() - 8)
+                                         : "";
     const std::string partner = is_gate ? pair_key + "up_proj.weight" : is_up ? pair_key + "gate_proj.weight" : "";
     const bool paired = !partner.empty() && selected.count(partner) && selected[partner];
     const int64_t rows = view.info->shape[0], cols = view.info->shape[1];
@@ -288,8 +299,9 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& in_dir, const st
       float amax = rows_amax(in, view, 0, rows, cols);
       if (paired) {
         const TensorView other = in.tensor(partner);
-        FP4MOE_CHECK(other.info->shape == view.info->shape, in_dir.string(), ": '", name, "' ", shape_string(view.info->shape),
-                     " and '", partner, "' ", shape_string(other.info->shape), " should have the same shape");
+        FP4MOE_CHECK(other.info->shape == view.info->shape, in_dir.string(), ": '", name, "' ",
+                     shape_string(view.info->shape), " and '", partner, "' ", shape_string(other.info->shape),
+                     " should have the same shape");
         amax = std::max(amax, rows_amax(in, other, 0, rows, cols));
         scale = weight_scale_for_amax(amax);
         shared_scale[pair_key] = scale;

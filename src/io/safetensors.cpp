@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <unordered_set>
 
 #include "common/error.h"
 #include "format/bf16.h"
@@ -30,10 +31,21 @@ struct DtypeEntry {
 };
 
 constexpr std::array<DtypeEntry, 15> kDtypes = {{
-    {Dtype::kF64, "F64", 8},    {Dtype::kF32, "F32", 4},   {Dtype::kF16, "F16", 2},       {Dtype::kBF16, "BF16", 2},
-    {Dtype::kF8E4M3, "F8_E4M3", 1}, {Dtype::kF8E5M2, "F8_E5M2", 1}, {Dtype::kU8, "U8", 1}, {Dtype::kI8, "I8", 1},
-    {Dtype::kU16, "U16", 2},    {Dtype::kI16, "I16", 2},   {Dtype::kU32, "U32", 4},       {Dtype::kI32, "I32", 4},
-    {Dtype::kU64, "U64", 8},    {Dtype::kI64, "I64", 8},   {Dtype::kBool, "BOOL", 1},
+    {Dtype::kF64, "F64", 8},
+    {Dtype::kF32, "F32", 4},
+    {Dtype::kF16, "F16", 2},
+    {Dtype::kBF16, "BF16", 2},
+    {Dtype::kF8E4M3, "F8_E4M3", 1},
+    {Dtype::kF8E5M2, "F8_E5M2", 1},
+    {Dtype::kU8, "U8", 1},
+    {Dtype::kI8, "I8", 1},
+    {Dtype::kU16, "U16", 2},
+    {Dtype::kI16, "I16", 2},
+    {Dtype::kU32, "U32", 4},
+    {Dtype::kI32, "I32", 4},
+    {Dtype::kU64, "U64", 8},
+    {Dtype::kI64, "I64", 8},
+    {Dtype::kBool, "BOOL", 1},
 }};
 
 const DtypeEntry& dtype_entry(Dtype dtype) {
@@ -54,24 +66,46 @@ std::optional<int64_t> checked_numel(std::span<const int64_t> shape) {
   return n;
 }
 
-// JSON parse callback state: detects duplicate keys at every nesting level (nlohmann keeps the
-// last one silently, the reference implementation rejects the file).
-struct DuplicateKeyFinder {
-  std::vector<std::set<std::string>> stack;
+// SAX pass that finds duplicate keys at every nesting level (nlohmann's DOM keeps the last one
+// silently; the reference implementation rejects the file). A separate pass, because nlohmann's
+// callback parser rescans the parent object at every nested object's end: quadratic in the
+// number of tensors (minutes for a 400k-tensor checkpoint).
+struct DuplicateKeySax {
+  std::vector<std::optional<std::unordered_set<std::string>>> stack;  // nullopt: inside an array
   std::string duplicate;
-  bool operator()(int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    if (event == Event::object_start) {
-      stack.emplace_back();
-    } else if (event == Event::object_end) {
-      if (!stack.empty()) stack.pop_back();
-    } else if (event == Event::key && !stack.empty() && parsed.is_string()) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!stack.back().insert(key).second && duplicate.empty()) duplicate = key;
-    }
+  using json = nlohmann::json;
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(json::number_integer_t) { return true; }
+  bool number_unsigned(json::number_unsigned_t) { return true; }
+  bool number_float(json::number_float_t, const std::string&) { return true; }
+  bool string(std::string&) { return true; }
+  bool binary(json::binary_t&) { return true; }
+  bool start_object(std::size_t) {
+    stack.emplace_back(std::in_place);
     return true;
   }
+  bool key(std::string& k) {
+    if (!stack.empty() && stack.back() && !stack.back()->insert(k).second && duplicate.empty()) duplicate = k;
+    return true;
+  }
+  bool end_object() {
+    if (!stack.empty()) stack.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) {
+    stack.emplace_back(std::nullopt);
+    return true;
+  }
+  bool end_array() {
+    if (!stack.empty()) stack.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
 };
+
+// A JSON string literal (quotes and escapes) for a name, as the header writer needs it.
+std::string json_quote(const std::string& text) { return nlohmann::json(text).dump(); }
 
 // nlohmann's parse messages quote the offending input bytes; escape anything outside printable
 // ASCII so a corrupt header cannot put raw binary on the user's terminal.
@@ -138,28 +172,28 @@ const TensorInfo* SafetensorsHeader::find(std::string_view name) const {
   return (it != tensors.end() && it->name == name) ? &*it : nullptr;
 }
 
-SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t file_size,
-                                           std::string_view label) {
+SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t file_size, std::string_view label) {
   FP4MOE_CHECK(file_size >= 8 && bytes.size() >= 8, label, ": not a safetensors file: ", file_size,
                " bytes, too short for the 8-byte header length (truncated?)");
   const uint64_t header_len = read_u64_le(bytes.data());
-  FP4MOE_CHECK(header_len <= kMaxSafetensorsHeaderBytes, label, ": header length ", header_len,
-               " is larger than the ", kMaxSafetensorsHeaderBytes, "-byte limit (corrupt or not a safetensors file)");
-  FP4MOE_CHECK(header_len <= file_size - 8, label, ": header length ", header_len, " exceeds the file size ",
-               file_size, " (truncated or corrupt file)");
+  FP4MOE_CHECK(header_len <= kMaxSafetensorsHeaderBytes, label, ": header length ", header_len, " is larger than the ",
+               kMaxSafetensorsHeaderBytes, "-byte limit (corrupt or not a safetensors file)");
+  FP4MOE_CHECK(header_len <= file_size - 8, label, ": header length ", header_len, " exceeds the file size ", file_size,
+               " (truncated or corrupt file)");
   FP4MOE_CHECK(header_len >= 2, label, ": header length ", header_len, " is too small for a JSON object");
   FP4MOE_CHECK(bytes.size() >= 8 + header_len, "internal error: ", label, ": header bytes not provided");
   const char* text = reinterpret_cast<const char*>(bytes.data() + 8);
   FP4MOE_CHECK(text[0] == '{', label, ": header does not start with '{' (not a safetensors JSON header)");
 
-  DuplicateKeyFinder finder;
   nlohmann::json root;
   try {
-    root = nlohmann::json::parse(text, text + header_len, std::ref(finder));
+    root = nlohmann::json::parse(text, text + header_len);
   } catch (const nlohmann::json::exception& e) {
     fail(label, ": header is not valid JSON: ", printable(e.what()));
   }
-  if (!finder.duplicate.empty()) fail(label, ": duplicate key '", finder.duplicate, "' in the header");
+  DuplicateKeySax sax;
+  nlohmann::json::sax_parse(text, text + header_len, &sax);
+  if (!sax.duplicate.empty()) fail(label, ": duplicate key '", printable(sax.duplicate), "' in the header");
   FP4MOE_CHECK(root.is_object(), label, ": header is not a JSON object");
 
   SafetensorsHeader header;
@@ -209,8 +243,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint6
     const uint64_t expected = static_cast<uint64_t>(*numel) * static_cast<uint64_t>(dtype_size(t.dtype));
     FP4MOE_CHECK(t.end - t.begin == expected, where, ": data_offsets [", t.begin, ", ", t.end, "] hold ",
                  t.end - t.begin, " bytes, but shape ", shape_string(t.shape), " x ", dtype, " needs ", expected);
-    FP4MOE_CHECK(t.end <= data_size, where, ": data_offsets [", t.begin, ", ", t.end, "] run past the end of the data (",
-                 data_size, " bytes; truncated file?)");
+    FP4MOE_CHECK(t.end <= data_size, where, ": data_offsets [", t.begin, ", ", t.end,
+                 "] run past the end of the data (", data_size, " bytes; truncated file?)");
     header.tensors.push_back(std::move(t));
   }
 
@@ -224,14 +258,15 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint6
   const TensorInfo* previous = nullptr;
   for (const TensorInfo* t : by_offset) {
     FP4MOE_CHECK(t->begin >= cursor, label, ": tensor '", t->name, "' (bytes ", t->begin, "..", t->end,
-                 ") overlaps tensor '", previous ? previous->name : "", "' (bytes ", previous ? previous->begin : 0, "..",
-                 cursor, ")");
+                 ") overlaps tensor '", previous ? previous->name : "", "' (bytes ", previous ? previous->begin : 0,
+                 "..", cursor, ")");
     FP4MOE_CHECK(t->begin == cursor, label, ": gap of ", t->begin - cursor, " bytes before tensor '", t->name,
                  "' (data_offsets must be contiguous)");
     cursor = t->end;
     previous = t;
   }
-  FP4MOE_CHECK(cursor == data_size, label, ": ", data_size - cursor, " bytes after the last tensor are not covered by "
+  FP4MOE_CHECK(cursor == data_size, label, ": ", data_size - cursor,
+               " bytes after the last tensor are not covered by "
                "the header (the file is larger than its tensors)");
   std::sort(header.tensors.begin(), header.tensors.end(),
             [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
@@ -328,8 +363,8 @@ class MappedFile {
 SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
     : path_(path), label_(path.string()), map_(std::make_unique<MappedFile>(path)) {
   static const uint8_t kEmpty[8] = {};
-  std::span<const uint8_t> bytes = map_->size() ? std::span<const uint8_t>(map_->data(), map_->size())
-                                                : std::span<const uint8_t>(kEmpty, 0);
+  std::span<const uint8_t> bytes =
+      map_->size() ? std::span<const uint8_t>(map_->data(), map_->size()) : std::span<const uint8_t>(kEmpty, 0);
   header_ = parse_safetensors_header(bytes, map_->size(), label_);
 }
 
@@ -383,8 +418,8 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& path) 
                      "', which is not a plain file name in the checkpoint directory");
         weight_map[it.key()] = file;
         if (distinct.insert(file).second) {  // one stat per shard, not per tensor (a 397B index has ~370k entries)
-          FP4MOE_CHECK(fs::is_regular_file(path / file), index.string(), ": tensor '", it.key(), "' is in shard '", file,
-                       "', which does not exist in ", path.string());
+          FP4MOE_CHECK(fs::is_regular_file(path / file), index.string(), ": tensor '", it.key(), "' is in shard '",
+                       file, "', which does not exist in ", path.string());
           shard_names.push_back(file);
         }
       }
@@ -510,24 +545,29 @@ SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& dir, std::vect
   const int n = static_cast<int>(shard_members.size());
   for (int s = 0; s < n; ++s) {
     char name[64];
-    if (n == 1) std::snprintf(name, sizeof(name), "model.safetensors");
-    else std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", s + 1, n);
+    if (n == 1)
+      std::snprintf(name, sizeof(name), "model.safetensors");
+    else
+      std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", s + 1, n);
     std::vector<size_t>& members = shard_members[static_cast<size_t>(s)];
     // Larger elements first keeps every tensor aligned to its element size.
     std::stable_sort(members.begin(), members.end(), [&](size_t a, size_t b) {
       return dtype_size(planned_[a].spec.dtype) > dtype_size(planned_[b].spec.dtype);
     });
-    nlohmann::ordered_json header;
-    header["__metadata__"] = metadata;
+    // The header text is assembled directly, in data order: nlohmann's ordered_json inserts with a
+    // linear search (quadratic for ~100k tensors per shard).
+    std::string text = "{\"__metadata__\":" + nlohmann::json(metadata).dump();
     uint64_t offset = 0;
     for (size_t i : members) {
       const TensorSpec& spec = planned_[i].spec;
       const uint64_t bytes = spec.nbytes();
-      header[spec.name] = {{"dtype", dtype_name(spec.dtype)}, {"shape", spec.shape}, {"data_offsets", {offset, offset + bytes}}};
+      text += "," + json_quote(spec.name) + ":{\"dtype\":\"" + std::string(dtype_name(spec.dtype)) +
+              "\",\"shape\":" + nlohmann::json(spec.shape).dump() + ",\"data_offsets\":[" + std::to_string(offset) +
+              "," + std::to_string(offset + bytes) + "]}";
       planned_[i].offset = offset;
       offset += bytes;
     }
-    std::string text = header.dump();
+    text += "}";
     while ((8 + text.size()) % 8 != 0) text.push_back(' ');
     const uint64_t data_start = 8 + text.size();
     for (size_t i : members) planned_[i].offset += data_start;
@@ -551,9 +591,9 @@ SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& dir, std::vect
   for (const Shard& s : shards_) current.insert(s.file_name);
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string file = e.path().filename().string();
-    const bool ours = file == "model.safetensors" ||
-                      (file.size() == 32 && file.compare(0, 6, "model-") == 0 && file.compare(11, 4, "-of-") == 0 &&
-                       file.compare(20, 12, ".safetensors") == 0);
+    const bool ours =
+        file == "model.safetensors" || (file.size() == 32 && file.compare(0, 6, "model-") == 0 &&
+                                        file.compare(11, 4, "-of-") == 0 && file.compare(20, 12, ".safetensors") == 0);
     if (ours && !current.count(file)) fs::remove(e.path(), ec);
   }
 }
@@ -588,14 +628,10 @@ void SafetensorsWriter::finish() {
     s.fd = -1;
   }
   if (shards_.size() > 1) {
-    nlohmann::ordered_json index;
+    nlohmann::json index;  // std::map keys: "metadata" before "weight_map", tensors sorted by name
     index["metadata"] = {{"total_size", total_bytes_}};
-    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-    std::vector<const Planned*> sorted;
-    for (const Planned& p : planned_) sorted.push_back(&p);
-    std::sort(sorted.begin(), sorted.end(), [](const Planned* a, const Planned* b) { return a->spec.name < b->spec.name; });
-    for (const Planned* p : sorted) weight_map[p->spec.name] = shards_[static_cast<size_t>(p->shard)].file_name;
-    index["weight_map"] = weight_map;
+    nlohmann::json& weight_map = index["weight_map"];
+    for (const Planned& p : planned_) weight_map[p.spec.name] = shards_[static_cast<size_t>(p.shard)].file_name;
     const std::filesystem::path path = dir_ / "model.safetensors.index.json";
     std::ofstream out(path);
     out << index.dump(2) << "\n";

@@ -58,8 +58,7 @@ struct SafetensorsHeader {
 // Parses and validates the header of a safetensors file. `bytes` holds at least the first
 // 8 + N bytes of the file, `file_size` is the whole file's size, `label` names the file in
 // messages. Throws Error on any defect. This is the libFuzzer entry point (fuzz/).
-SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t file_size,
-                                           std::string_view label);
+SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t file_size, std::string_view label);
 
 // A read-only view of one tensor's bytes inside a mapped file. The data pointer may be unaligned
 // for the dtype (safetensors does not promise alignment): read multi-byte values with memcpy or
@@ -117,7 +116,7 @@ class SafetensorsCheckpoint {
   const std::vector<std::string>& names() const { return names_; }
   bool contains(std::string_view name) const;
   const TensorInfo* find(std::string_view name) const;  // nullptr when absent
-  TensorView tensor(std::string_view name) const;        // Error naming the checkpoint when absent
+  TensorView tensor(std::string_view name) const;       // Error naming the checkpoint when absent
   void release(const TensorView& view) const;
   void release(const TensorView& view, uint64_t offset, uint64_t bytes) const;
   const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }

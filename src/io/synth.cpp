@@ -21,7 +21,7 @@ namespace fp4moe {
 namespace {
 
 constexpr int64_t kBf16ChunkElements = int64_t{1} << 20;  // one random stream per chunk
-constexpr int64_t kBf16ChunksPerWrite = 32;                // 64 MB of BF16 per write
+constexpr int64_t kBf16ChunksPerWrite = 32;               // 64 MB of BF16 per write
 
 // FNV-1a: a stable hash of the tensor name, so each tensor's stream depends on its name only.
 uint64_t name_hash(std::string_view name) {
@@ -174,7 +174,8 @@ SynthResult synth_checkpoint(const ModelConfig& config, const std::filesystem::p
   };
   for (const TensorSpec& s : head_tensor_specs(config)) write_dense(writer, config, s, options.seed, advance);
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    for (const TensorSpec& s : layer_dense_tensor_specs(config, layer)) write_dense(writer, config, s, options.seed, advance);
+    for (const TensorSpec& s : layer_dense_tensor_specs(config, layer))
+      write_dense(writer, config, s, options.seed, advance);
     if (!is_moe_layer(config, layer)) continue;
     for (int64_t e = 0; e < config.num_experts; ++e) {
       write_expert(writer, config, layer, e, options.seed, options.quantized, advance);

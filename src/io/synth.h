@@ -32,6 +32,7 @@ struct SynthResult {
   int shards = 0;
 };
 
-SynthResult synth_checkpoint(const ModelConfig& config, const std::filesystem::path& out_dir, const SynthOptions& options);
+SynthResult synth_checkpoint(const ModelConfig& config, const std::filesystem::path& out_dir,
+                             const SynthOptions& options);
 
 }  // namespace fp4moe

@@ -52,8 +52,10 @@ const TimingPoint* timing_at(const BackendVerdict& b, int64_t tokens) {
 
 std::string verdict_table(const Verdict& v) {
   std::ostringstream out;
-  out << "qualification: " << v.key.device_name << " (SM " << v.key.sm / 10 << "." << v.key.sm % 10 << ", driver "
-      << v.key.driver_version << ", runtime " << v.key.runtime_version << ")\n";
+  // CUDA encodes versions as 1000 * major + 10 * minor.
+  out << "qualification: " << v.key.device_name << " (SM " << v.key.sm / 10 << "." << v.key.sm % 10
+      << ", CUDA driver " << v.key.driver_version / 1000 << "." << v.key.driver_version % 1000 / 10 << ", runtime "
+      << v.key.runtime_version / 1000 << "." << v.key.runtime_version % 1000 / 10 << ")\n";
   out << "problem:       " << v.key.problem << ", up to " << v.key.max_tokens << " tokens\n";
   out << "build:         " << v.key.build_id << "\n";
   if (v.copy_bandwidth_gbps > 0) out << "copy bandwidth measured: " << format("%.0f", v.copy_bandwidth_gbps) << " GB/s\n";

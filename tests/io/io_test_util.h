@@ -16,8 +16,9 @@ class ScratchDir {
  public:
   ScratchDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string("fp4moe_io_") + (info ? info->test_suite_name() + std::string("_") + info->name() : "x") +
-                       "_" + std::to_string(::getpid());
+    std::string name = std::string("fp4moe_io_") +
+                       (info ? info->test_suite_name() + std::string("_") + info->name() : "x") + "_" +
+                       std::to_string(::getpid());
     for (char& c : name) {
       if (c == '/') c = '_';
     }

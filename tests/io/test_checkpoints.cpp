@@ -122,7 +122,7 @@ TEST(Synth, LoaderBuildsConsistentMoeWeights) {
       EXPECT_EQ(w.gate_scale2[ue], w.up_scale2[ue]);  // ModelOpt convention, kept by synth
       const std::string p = expert_prefix(tiny, layer, e);
       EXPECT_EQ(w.w13_input_scale[ue], std::max(read_f32_scalar(ckpt.tensor(p + "gate_proj.input_scale")),
-                                               read_f32_scalar(ckpt.tensor(p + "up_proj.input_scale"))));
+                                                read_f32_scalar(ckpt.tensor(p + "up_proj.input_scale"))));
       EXPECT_EQ(w.down_scale2[ue], read_f32_scalar(ckpt.tensor(p + "down_proj.weight_scale_2")));
       // w13 = [gate; up]: up's first packed row sits right after gate's rows.
       const TensorView up = ckpt.tensor(p + "up_proj.weight");
@@ -257,8 +257,8 @@ TEST(Quantize, MatchesFormatQuantizationOfTheOriginal) {
       EXPECT_EQ(w.down_scale2[ue], want_down.tensor_scale);
       EXPECT_EQ(w.w13_input_scale[ue], input_scale);
       EXPECT_EQ(w.w2_input_scale[ue], input_scale);
-      const std::pair<Nvfp4View, const Nvfp4Matrix*> pairs[] = {{w.gate(e), &want_gate}, {w.up(e), &want_up},
-                                                                {w.down(e), &want_down}};
+      const std::pair<Nvfp4View, const Nvfp4Matrix*> pairs[] = {
+          {w.gate(e), &want_gate}, {w.up(e), &want_up}, {w.down(e), &want_down}};
       for (const auto& [got, want] : pairs) {
         std::vector<float> a(static_cast<size_t>(want->rows * want->cols)), b(a.size());
         dequantize_nvfp4(got, a);
@@ -297,7 +297,8 @@ TEST(Quantize, W4A16AndSelectionOptions) {
   EXPECT_EQ(out.find(expert_prefix(tiny, 0, 12) + "gate_proj.weight")->dtype, Dtype::kBF16);
   // inspect sees BF16 experts where the config promises NVFP4 ones.
   const InspectReport report = inspect_checkpoint(dir / "q", {true, false});
-  EXPECT_TRUE(contains_line(report.problems, "experts.12.gate_proj.weight: shape [128, 256], config implies [128, 128]"))
+  EXPECT_TRUE(
+      contains_line(report.problems, "experts.12.gate_proj.weight: shape [128, 256], config implies [128, 128]"))
       << (report.problems.empty() ? "" : report.problems.front());
   // Errors: a selected tensor that cannot be NVFP4; an already-quantized input; same in/out dir.
   options = {};
@@ -345,9 +346,12 @@ TEST(Quantize, StackedExpertsSplitLikeModelOpt) {
     }
     for (int64_t layer = 0; layer < tiny.num_layers; ++layer) {
       for (int64_t e = 0; e < E; ++e) {  // appended in order: expert e's gate rows, then its up rows
-        writer.write(layer_prefix(tiny, layer) + "mlp.experts.gate_up_proj", in.tensor(expert_prefix(tiny, layer, e) + "gate_proj.weight").bytes());
-        writer.write(layer_prefix(tiny, layer) + "mlp.experts.gate_up_proj", in.tensor(expert_prefix(tiny, layer, e) + "up_proj.weight").bytes());
-        writer.write(layer_prefix(tiny, layer) + "mlp.experts.down_proj", in.tensor(expert_prefix(tiny, layer, e) + "down_proj.weight").bytes());
+        writer.write(layer_prefix(tiny, layer) + "mlp.experts.gate_up_proj",
+                     in.tensor(expert_prefix(tiny, layer, e) + "gate_proj.weight").bytes());
+        writer.write(layer_prefix(tiny, layer) + "mlp.experts.gate_up_proj",
+                     in.tensor(expert_prefix(tiny, layer, e) + "up_proj.weight").bytes());
+        writer.write(layer_prefix(tiny, layer) + "mlp.experts.down_proj",
+                     in.tensor(expert_prefix(tiny, layer, e) + "down_proj.weight").bytes());
       }
     }
     writer.finish();
@@ -384,7 +388,8 @@ struct Edit {
   bool drop = false;
 };
 
-void rewrite(const std::filesystem::path& src, const std::filesystem::path& dst, const std::function<void(Edit&)>& edit) {
+void rewrite(const std::filesystem::path& src, const std::filesystem::path& dst,
+             const std::function<void(Edit&)>& edit) {
   std::vector<Edit> edits;
   {
     SafetensorsCheckpoint in(src);
@@ -451,7 +456,8 @@ TEST(Inspect, FindsInconsistencies) {
        "mlp.gate.weight: shape [8, 512], config implies [16, 256]"},
       {"expert beyond the config",
        [&](Edit& e) {
-         if (e.spec.name == e3 + "up_proj.input_scale") e.spec.name = expert_prefix(tiny, 0, 16) + "up_proj.input_scale";
+         if (e.spec.name == e3 + "up_proj.input_scale")
+           e.spec.name = expert_prefix(tiny, 0, 16) + "up_proj.input_scale";
        },
        "expert beyond the 16 experts"},
   };
@@ -461,7 +467,8 @@ TEST(Inspect, FindsInconsistencies) {
     rewrite(dir / "good", out, c.edit);
     const InspectReport report = inspect_checkpoint(out, {true, false});
     EXPECT_TRUE(contains_line(report.problems, c.expected))
-        << "expected '" << c.expected << "', got " << (report.problems.empty() ? "no problems" : report.problems.front());
+        << "expected '" << c.expected << "', got "
+        << (report.problems.empty() ? "no problems" : report.problems.front());
   }
   // The unmodified copy is clean, so the problems above come from the edits.
   rewrite(dir / "good", dir / "copy", [](Edit&) {});

@@ -283,15 +283,17 @@ TEST(CheckpointLayout, PrefixesAndDenseLayers) {
   auto moe = shapes(layer_dense_tensor_specs(ds, 3));
   EXPECT_EQ(moe["model.layers.3.mlp.gate.e_score_correction_bias"], (std::vector<int64_t>{256}));
   EXPECT_EQ(moe["model.layers.3.mlp.shared_experts.up_proj.weight"], (std::vector<int64_t>{2048, 7168}));
-  EXPECT_EQ(summarize_excluded_modules({"model.layers.3.self_attn.q_proj.weight", "model.layers.12.self_attn.q_proj.weight",
-                                        "lm_head.weight", "mtp.layers.0.mlp.experts.7.up_proj.weight"}),
-            (std::vector<std::string>{"lm_head", "model.layers.*.self_attn.q_proj", "mtp.layers.*.mlp.experts.*.up_proj"}));
+  EXPECT_EQ(
+      summarize_excluded_modules({"model.layers.3.self_attn.q_proj.weight", "model.layers.12.self_attn.q_proj.weight",
+                                  "lm_head.weight", "mtp.layers.0.mlp.experts.7.up_proj.weight"}),
+      (std::vector<std::string>{"lm_head", "model.layers.*.self_attn.q_proj", "mtp.layers.*.mlp.experts.*.up_proj"}));
   // A wildcard that would cover a quantized module is replaced by the exact names.
-  EXPECT_EQ(summarize_excluded_modules({"model.layers.0.mlp.experts.12.up_proj.weight", "model.layers.1.mlp.experts.13.up_proj.weight",
-                                        "model.layers.0.mlp.gate.weight"},
-                                       {"model.layers.0.mlp.experts.1.up_proj"}),
-            (std::vector<std::string>{"model.layers.*.mlp.gate", "model.layers.0.mlp.experts.12.up_proj",
-                                      "model.layers.1.mlp.experts.13.up_proj"}));
+  EXPECT_EQ(
+      summarize_excluded_modules({"model.layers.0.mlp.experts.12.up_proj.weight",
+                                  "model.layers.1.mlp.experts.13.up_proj.weight", "model.layers.0.mlp.gate.weight"},
+                                 {"model.layers.0.mlp.experts.1.up_proj"}),
+      (std::vector<std::string>{"model.layers.*.mlp.gate", "model.layers.0.mlp.experts.12.up_proj",
+                                "model.layers.1.mlp.experts.13.up_proj"}));
 }
 
 }  // namespace

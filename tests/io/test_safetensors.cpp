@@ -26,12 +26,12 @@ std::vector<uint8_t> pattern(uint64_t n, int t) {
 }
 
 std::vector<TensorSpec> all_dtype_specs() {
-  return {{"f64", Dtype::kF64, {3}},        {"f32", Dtype::kF32, {2, 3}},    {"f16", Dtype::kF16, {5}},
-          {"bf16", Dtype::kBF16, {4, 4}},    {"fp8", Dtype::kF8E4M3, {7, 2}}, {"e5m2", Dtype::kF8E5M2, {3}},
-          {"u8", Dtype::kU8, {9}},           {"i8", Dtype::kI8, {1, 1, 3}},  {"u16", Dtype::kU16, {2}},
-          {"i16", Dtype::kI16, {3}},         {"u32", Dtype::kU32, {1}},      {"i32", Dtype::kI32, {2, 2}},
-          {"u64", Dtype::kU64, {2}},         {"i64", Dtype::kI64, {1}},      {"bool", Dtype::kBool, {5}},
-          {"scalar", Dtype::kF32, {}},       {"empty", Dtype::kBF16, {0, 4}}};
+  return {{"f64", Dtype::kF64, {3}},      {"f32", Dtype::kF32, {2, 3}},    {"f16", Dtype::kF16, {5}},
+          {"bf16", Dtype::kBF16, {4, 4}}, {"fp8", Dtype::kF8E4M3, {7, 2}}, {"e5m2", Dtype::kF8E5M2, {3}},
+          {"u8", Dtype::kU8, {9}},        {"i8", Dtype::kI8, {1, 1, 3}},   {"u16", Dtype::kU16, {2}},
+          {"i16", Dtype::kI16, {3}},      {"u32", Dtype::kU32, {1}},       {"i32", Dtype::kI32, {2, 2}},
+          {"u64", Dtype::kU64, {2}},      {"i64", Dtype::kI64, {1}},       {"bool", Dtype::kBool, {5}},
+          {"scalar", Dtype::kF32, {}},    {"empty", Dtype::kBF16, {0, 4}}};
 }
 
 TEST(Safetensors, DtypeTable) {
@@ -54,7 +54,8 @@ TEST(Safetensors, RoundTripEveryDtypeSingleFile) {
     for (size_t i = specs.size(); i-- > 0;) {
       const std::vector<uint8_t> data = pattern(specs[i].nbytes(), static_cast<int>(i));
       for (size_t off = 0; off < data.size(); off += 3) {
-        writer.write(specs[i].name, std::span<const uint8_t>(data).subspan(off, std::min<size_t>(3, data.size() - off)));
+        writer.write(specs[i].name,
+                     std::span<const uint8_t>(data).subspan(off, std::min<size_t>(3, data.size() - off)));
       }
     }
     writer.finish();
@@ -85,11 +86,12 @@ TEST(Safetensors, ShardsAndIndex) {
     name += std::to_string(i);
     specs.push_back({name, Dtype::kF32, {100}});  // 400 bytes each
   }
-  specs.push_back({"big", Dtype::kU8, {5000}});                                                // larger than a shard
+  specs.push_back({"big", Dtype::kU8, {5000}});  // larger than a shard
   uint64_t total = 0;
   {
     SafetensorsWriter writer(dir.path(), specs, 1000);
-    for (size_t i = 0; i < specs.size(); ++i) writer.write(specs[i].name, pattern(specs[i].nbytes(), static_cast<int>(i)));
+    for (size_t i = 0; i < specs.size(); ++i)
+      writer.write(specs[i].name, pattern(specs[i].nbytes(), static_cast<int>(i)));
     writer.finish();
     total = writer.total_bytes();
     EXPECT_EQ(writer.num_shards(), 6);  // 2 x 400 per shard (5 shards), then `big` alone
@@ -144,13 +146,16 @@ TEST(Safetensors, WriterRejectsMisuse) {
 TEST(Safetensors, ReadAsFloat) {
   ScratchDir dir;
   const uint16_t f16[] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x7C00, 0x8000};  // 1, -2, 65504, 2^-24, inf, -0
-  const uint16_t bf16[] = {0x3F80, 0xC040};                                  // 1, -3
+  const uint16_t bf16[] = {0x3F80, 0xC040};                                 // 1, -3
   const double f64[] = {0.5, -1e10};
   const float f32 = 0.1f;
   {
     SafetensorsWriter writer(dir.path(),
-                             {{"h", Dtype::kF16, {6}}, {"b", Dtype::kBF16, {2}}, {"d", Dtype::kF64, {2}},
-                              {"s", Dtype::kF32, {}}, {"u", Dtype::kU8, {1}}},
+                             {{"h", Dtype::kF16, {6}},
+                              {"b", Dtype::kBF16, {2}},
+                              {"d", Dtype::kF64, {2}},
+                              {"s", Dtype::kF32, {}},
+                              {"u", Dtype::kU8, {1}}},
                              1 << 20);
     writer.write("h", {reinterpret_cast<const uint8_t*>(f16), sizeof(f16)});
     writer.write("b", {reinterpret_cast<const uint8_t*>(bf16), sizeof(bf16)});
@@ -184,7 +189,8 @@ TEST(Safetensors, ReadAsFloat) {
 std::string parse_error(const std::string& header, uint64_t data_bytes, int64_t file_size_delta = 0) {
   std::vector<uint8_t> bytes = safetensors_bytes(header, data_bytes);
   try {
-    parse_safetensors_header(bytes, static_cast<uint64_t>(static_cast<int64_t>(bytes.size()) + file_size_delta), "f.st");
+    parse_safetensors_header(bytes, static_cast<uint64_t>(static_cast<int64_t>(bytes.size()) + file_size_delta),
+                             "f.st");
   } catch (const Error& e) {
     return e.what();
   }
@@ -193,12 +199,13 @@ std::string parse_error(const std::string& header, uint64_t data_bytes, int64_t 
 
 void expect_error(const std::string& message, const std::vector<std::string>& parts) {
   ASSERT_FALSE(message.empty()) << "accepted a corrupt header";
-  for (const std::string& p : parts) EXPECT_NE(message.find(p), std::string::npos) << "'" << p << "' not in: " << message;
+  for (const std::string& p : parts)
+    EXPECT_NE(message.find(p), std::string::npos) << "'" << p << "' not in: " << message;
 }
 
 TEST(SafetensorsCorrupt, ValidBaseline) {
   EXPECT_EQ(parse_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"k":"v"}})", 8), "");
-  EXPECT_EQ(parse_error("{}", 0), "");                                                      // no tensors
+  EXPECT_EQ(parse_error("{}", 0), "");                                                           // no tensors
   EXPECT_EQ(parse_error(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}   )", 0), "");  // padding
 }
 
@@ -236,7 +243,8 @@ TEST(SafetensorsCorrupt, Json) {
   expect_error(parse_error(R"({"__metadata__":{"k":1}})", 0), {"__metadata__", "'k'", "not a string"});
   expect_error(parse_error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"extra":0}})", 4),
                {"tensor 'a'", "unknown field 'extra'"});
-  expect_error(parse_error(R"({"a":{"dtype":"F32","shape":[1]}})", 4), {"tensor 'a'", "needs dtype, shape and data_offsets"});
+  expect_error(parse_error(R"({"a":{"dtype":"F32","shape":[1]}})", 4),
+               {"tensor 'a'", "needs dtype, shape and data_offsets"});
 }
 
 TEST(SafetensorsCorrupt, DtypeShapeOffsets) {
@@ -248,10 +256,10 @@ TEST(SafetensorsCorrupt, DtypeShapeOffsets) {
                {"tensor 'w'", "non-negative integers"});
   expect_error(parse_error(R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", 4), {"tensor 'w'"});
   expect_error(parse_error(R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[4,0]}})", 4), {"tensor 'w'", "reversed"});
-  expect_error(parse_error(R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[0]}})", 4), {"tensor 'w'", "data_offsets"});
-  expect_error(
-      parse_error(R"({"w":{"dtype":"U8","shape":[4294967296,4294967296,16],"data_offsets":[0,4]}})", 4),
-      {"tensor 'w'", "too large"});
+  expect_error(parse_error(R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[0]}})", 4),
+               {"tensor 'w'", "data_offsets"});
+  expect_error(parse_error(R"({"w":{"dtype":"U8","shape":[4294967296,4294967296,16],"data_offsets":[0,4]}})", 4),
+               {"tensor 'w'", "too large"});
 }
 
 TEST(SafetensorsCorrupt, LyingOffsetsOverlapGapsTruncation) {
@@ -308,7 +316,8 @@ TEST(SafetensorsCorrupt, Index) {
     writer.finish();
   }
   const std::filesystem::path index = dir / "model.safetensors.index.json";
-  const std::string original(reinterpret_cast<const char*>(test::read_file(index).data()), test::read_file(index).size());
+  const std::string original(reinterpret_cast<const char*>(test::read_file(index).data()),
+                             test::read_file(index).size());
   auto expect_open_error = [&](const std::string& text, const std::vector<std::string>& parts) {
     test::write_text(index, text);
     try {
@@ -320,8 +329,9 @@ TEST(SafetensorsCorrupt, Index) {
   };
   expect_open_error(R"({"weight_map":{"a":"model-00001-of-00002.safetensors","b":"gone.safetensors"}})",
                     {"model.safetensors.index.json", "tensor 'b'", "gone.safetensors", "does not exist"});
-  expect_open_error(R"({"weight_map":{"a":"model-00001-of-00002.safetensors","zz":"model-00002-of-00002.safetensors"}})",
-                    {"tensor 'zz'", "model-00002-of-00002.safetensors", "has no such tensor"});
+  expect_open_error(
+      R"({"weight_map":{"a":"model-00001-of-00002.safetensors","zz":"model-00002-of-00002.safetensors"}})",
+      {"tensor 'zz'", "model-00002-of-00002.safetensors", "has no such tensor"});
   expect_open_error(R"({"weight_map":{"a":"../model-00001-of-00002.safetensors"}})", {"not a plain file name"});
   expect_open_error(R"({"weight_map": )", {"model.safetensors.index.json", "not valid JSON"});
   expect_open_error(R"({"metadata":{}})", {"weight_map"});

@@ -20,10 +20,10 @@
 namespace fp4moe {
 namespace {
 
-MoeProblem tiny_problem(ActivationMode mode) {
+MoeProblem tiny_problem(ActivationMode mode, int64_t hidden = 128, int64_t inter = 64) {
   MoeProblem p;
-  p.hidden = 128;
-  p.inter = 64;
+  p.hidden = hidden;
+  p.inter = inter;
   p.num_experts = 8;
   p.top_k = 2;
   p.routing.num_experts = 8;
@@ -33,9 +33,10 @@ MoeProblem tiny_problem(ActivationMode mode) {
   return p;
 }
 
-QualifyRequest tiny_request(std::vector<std::string> ids, ActivationMode mode = ActivationMode::kW4A16) {
+QualifyRequest tiny_request(std::vector<std::string> ids, ActivationMode mode = ActivationMode::kW4A16,
+                            int64_t hidden = 128, int64_t inter = 64) {
   QualifyRequest r;
-  r.problem = tiny_problem(mode);
+  r.problem = tiny_problem(mode, hidden, inter);
   r.max_tokens = 64;
   r.timing_tokens = {1, 8, 64};
   r.timing_replays = 3;
@@ -190,11 +191,13 @@ TEST(QualificationGpu, RejectsCudaFaultsAndKeepsThePipeline) {
   if (devices.devices.empty()) GTEST_SKIP() << "no GPU: " << devices.why_none;
   std::vector<std::string> ids = {std::string(kDefaultMoeBackend)};
   for (const std::string& id : testing::cuda_fault_backend_ids()) ids.push_back(id);
-  QualifyRequest request = tiny_request(ids);
+  // The pipeline backend needs H and I to be multiples of 128.
+  QualifyRequest request = tiny_request(ids, ActivationMode::kW4A16, 256, 128);
   request.max_tokens = 300;
   request.timeout_seconds = 30.0;  // the hung kernel costs this much
   const Verdict v = run_qualification(request);
-  EXPECT_TRUE(find(v, std::string(kDefaultMoeBackend)).qualified) << find(v, std::string(kDefaultMoeBackend)).failure;
+  const BackendVerdict& pipeline = find(v, std::string(kDefaultMoeBackend));
+  EXPECT_TRUE(pipeline.qualified) << pipeline.failure << pipeline.support_reason;
   const BackendVerdict& illegal = find(v, "test.fault.cuda_illegal_address.v1");
   EXPECT_FALSE(illegal.qualified);
   EXPECT_NE(illegal.failure.find("T=64"), std::string::npos) << illegal.failure;
