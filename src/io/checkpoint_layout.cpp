@@ -2,7 +2,6 @@
 
 #include <fnmatch.h>
 
-#include <regex>
 #include <set>
 
 #include "common/error.h"
@@ -23,6 +22,29 @@ void add_mlp(std::vector<TensorSpec>& out, const std::string& p, int64_t hidden,
   out.push_back(bf16(p + "gate_proj.weight", {inter, hidden}));
   out.push_back(bf16(p + "up_proj.weight", {inter, hidden}));
   out.push_back(bf16(p + "down_proj.weight", {hidden, inter}));
+}
+
+// "a.layers.12.mlp.experts.3.up_proj" -> "a.layers.*.mlp.experts.*.up_proj". (Hand-written:
+// std::regex trips GCC 12's -Wmaybe-uninitialized under -O2 with sanitizers.)
+std::string wildcard_indices(const std::string& module) {
+  std::string out;
+  size_t i = 0;
+  while (i < module.size()) {
+    bool replaced = false;
+    for (const std::string key : {".layers.", ".experts."}) {
+      if (module.compare(i, key.size(), key) != 0) continue;
+      size_t end = i + key.size();
+      while (end < module.size() && module[end] >= '0' && module[end] <= '9') ++end;
+      if (end > i + key.size() && end < module.size() && module[end] == '.') {
+        out += key + "*";
+        i = end;
+        replaced = true;
+      }
+      break;
+    }
+    if (!replaced) out.push_back(module[i++]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -162,7 +184,6 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c, ExpertFormat fo
 
 std::vector<std::string> summarize_excluded_modules(const std::vector<std::string>& names,
                                                     const std::vector<std::string>& quantized_modules) {
-  static const std::regex kIndex(R"(\.(layers|experts)\.\d+\.)");
   std::set<std::string> modules, exact;
   std::vector<std::pair<std::string, std::string>> pattern_of;  // (wildcard, module)
   for (const std::string& name : names) {
@@ -171,8 +192,9 @@ std::vector<std::string> summarize_excluded_modules(const std::vector<std::strin
     if (module.size() > suffix.size() && module.compare(module.size() - suffix.size(), suffix.size(), suffix) == 0) {
       module.resize(module.size() - suffix.size());
     }
-    modules.insert(std::regex_replace(module, kIndex, ".$1.*."));
-    pattern_of.emplace_back(std::regex_replace(module, kIndex, ".$1.*."), module);
+    const std::string pattern = wildcard_indices(module);
+    modules.insert(pattern);
+    pattern_of.emplace_back(pattern, module);
   }
   // A wildcard that would also cover a quantized module falls back to the exact names.
   std::set<std::string> colliding;

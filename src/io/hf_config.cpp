@@ -74,11 +74,22 @@ void read_qwen_hybrid(const Fields& f, ModelConfig& c) {  // qwen3_5_moe_text, q
   c.num_heads = f.integer("num_attention_heads");
   c.num_kv_heads = f.integer("num_key_value_heads");
   c.head_dim = f.integer("head_dim");
-  c.full_attention_interval = f.integer("full_attention_interval");
+  FP4MOE_CHECK(f.has("full_attention_interval") || f.has("layer_types"), f.label(),
+               ": needs full_attention_interval or layer_types (which layers are full attention)");
+  if (f.has("full_attention_interval")) {
+    c.full_attention_interval = f.integer("full_attention_interval");
+    FP4MOE_CHECK(c.full_attention_interval >= 1, f.label(), ": full_attention_interval must be >= 1");
+  }
   if (f.has("layer_types")) {  // must agree with the interval rule (full attention where (i+1) % n == 0)
     const json& types = f.raw("layer_types");
     FP4MOE_CHECK(types.is_array() && static_cast<int64_t>(types.size()) == c.num_layers, f.label(),
                  ": layer_types must list num_hidden_layers entries");
+    if (c.full_attention_interval == 0) {  // derive the interval from the first full-attention layer
+      for (size_t i = 0; i < types.size() && c.full_attention_interval == 0; ++i) {
+        if (types[i] == "full_attention") c.full_attention_interval = static_cast<int64_t>(i) + 1;
+      }
+      FP4MOE_CHECK(c.full_attention_interval > 0, f.label(), ": layer_types has no full_attention layer");
+    }
     for (int64_t i = 0; i < c.num_layers; ++i) {
       const bool full = (i + 1) % c.full_attention_interval == 0;
       const json& t = types[static_cast<size_t>(i)];
@@ -438,14 +449,21 @@ QuantConfig parse_quantization_config(const json& qc, std::string_view label) {
 std::optional<QuantConfig> read_quant_config(const std::filesystem::path& dir) {
   const std::filesystem::path hf_quant = dir / "hf_quant_config.json";
   const std::filesystem::path config = dir / "config.json";
+  const bool has_hf_quant = std::filesystem::exists(hf_quant);
   std::optional<QuantConfig> from_config;
   if (std::filesystem::exists(config)) {
     const json j = read_json_file(config);
     if (j.is_object() && j.contains("quantization_config") && !j["quantization_config"].is_null()) {
-      from_config = parse_quantization_config(j["quantization_config"], config.string());
+      try {
+        from_config = parse_quantization_config(j["quantization_config"], config.string());
+      } catch (const Error&) {
+        // hf_quant_config.json is authoritative when present (as in vLLM); config.json's copy has
+        // had several shapes across ModelOpt versions.
+        if (!has_hf_quant) throw;
+      }
     }
   }
-  if (!std::filesystem::exists(hf_quant)) return from_config;
+  if (!has_hf_quant) return from_config;
   QuantConfig q = parse_hf_quant_config(read_json_file(hf_quant), hf_quant.string());
   if (from_config) {
     FP4MOE_CHECK(from_config->quant_algo == q.quant_algo && from_config->group_size == q.group_size, hf_quant.string(),

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
 
 #include "common/error.h"
@@ -52,6 +51,16 @@ class Bucket {
   std::vector<std::string>& sink_;
   size_t count_ = 0;
 };
+
+// Reads "<digits>." at pos (at most 9 digits) and moves pos past it; nullopt when absent.
+std::optional<int64_t> parse_index(const std::string& name, size_t& pos) {
+  size_t end = pos;
+  while (end < name.size() && end - pos < 10 && name[end] >= '0' && name[end] <= '9') ++end;
+  if (end == pos || end - pos > 9 || end >= name.size() || name[end] != '.') return std::nullopt;
+  const int64_t value = std::stoll(name.substr(pos, end - pos));
+  pos = end + 1;
+  return value;
+}
 
 std::string describe(const TensorInfo& t) { return std::string(dtype_name(t.dtype)) + " " + shape_string(t.shape); }
 
@@ -277,16 +286,24 @@ InspectReport inspect_checkpoint(const std::filesystem::path& dir, const Inspect
     mismatch.close("shape/dtype mismatches");
     dense_missing.close("expected tensors not found");
     // Tensors of layers or experts the config does not have.
-    const std::regex layer_re("^" + std::regex_replace(text_model_prefix(c), std::regex(R"(\.)"), R"(\.)") +
-                              R"(layers\.(\d{1,9})\.(mlp\.experts\.(\d{1,9})\.)?)");
+    const std::string layers = text_model_prefix(c) + "layers.";
     Bucket extra(report.problems);
     for (const std::string& name : ckpt.names()) {
-      std::smatch m;
-      if (!std::regex_search(name, m, layer_re)) continue;
-      if (std::stoll(m[1].str()) >= c.num_layers)
+      if (name.compare(0, layers.size(), layers) != 0) continue;
+      size_t pos = layers.size();
+      const std::optional<int64_t> layer = parse_index(name, pos);
+      if (!layer) continue;
+      if (*layer >= c.num_layers) {
         extra.add(name + ": layer beyond num_hidden_layers " + std::to_string(c.num_layers));
-      else if (m[3].matched && std::stoll(m[3].str()) >= c.num_experts)
+        continue;
+      }
+      const std::string experts = "mlp.experts.";
+      if (name.compare(pos, experts.size(), experts) != 0) continue;
+      pos += experts.size();
+      const std::optional<int64_t> expert = parse_index(name, pos);
+      if (expert && *expert >= c.num_experts) {
         extra.add(name + ": expert beyond the " + std::to_string(c.num_experts) + " experts");
+      }
     }
     extra.close("tensors beyond the configuration");
   }

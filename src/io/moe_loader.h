@@ -4,7 +4,8 @@
 // W4A4 only), stacked as w13 = [gate; up] and w2 = down.
 // w13_input_scale = max(gate, up input_scale) per expert (vLLM's per-expert max); gate and up
 // weight_scale_2 are kept separately (MoeWeights carries both). W4A16 checkpoints have no
-// input_scale: the input scales are set to 1.0 and unused (W4A16 backends keep activations BF16).
+// input_scale: the input scales are left 0 ("absent", MoeWeights::has_input_scales() is false);
+// W4A16 backends keep activations BF16 and never read them, W4A4 paths refuse such weights.
 // Every dtype or shape mismatch is an Error naming the tensor and the checkpoint.
 #pragma once
 #include <cstdint>

@@ -135,6 +135,12 @@ TEST(HfConfig, ClearErrors) {
   e = error_of([&] { parse_hf_config(doc, "c.json"); });
   EXPECT_NE(e.find("\"hidden_size\" must be an integer"), std::string::npos) << e;
   doc = json::parse(hf_config_json(model_preset("tiny")).dump());
+  doc["text_config"].erase("full_attention_interval");  // derived from layer_types
+  EXPECT_EQ(parse_hf_config(doc, "c.json").full_attention_interval, 4);
+  doc["text_config"].erase("layer_types");
+  e = error_of([&] { parse_hf_config(doc, "c.json"); });
+  EXPECT_NE(e.find("needs full_attention_interval or layer_types"), std::string::npos) << e;
+  doc = json::parse(hf_config_json(model_preset("tiny")).dump());
   doc["text_config"]["layer_types"][0] = "full_attention";  // breaks the every-4th rule
   e = error_of([&] { parse_hf_config(doc, "c.json"); });
   EXPECT_NE(e.find("layer_types[0]"), std::string::npos) << e;
@@ -216,6 +222,13 @@ TEST(QuantConfig, ReadFromDirectory) {
   q.quant_algo = "W4A16_NVFP4";
   write_json_file(dir / "hf_quant_config.json", hf_quant_config_json(q));
   EXPECT_NE(error_of([&] { read_quant_config(dir.path()); }).find("disagree"), std::string::npos);
+  // An older/odd quantization_config shape in config.json does not matter next to hf_quant_config.json.
+  write_json_file(dir / "hf_quant_config.json", hf_quant_config_json(q));
+  config["quantization_config"] = {{"quant_method", "modelopt"}, {"quantization", {{"quant_algo", "NVFP4"}}}};
+  write_json_file(dir / "config.json", config);
+  EXPECT_EQ(read_quant_config(dir.path())->quant_algo, "W4A16_NVFP4");
+  std::filesystem::remove(dir / "hf_quant_config.json");
+  EXPECT_NE(error_of([&] { read_quant_config(dir.path()); }).find("missing field \"quant_algo\""), std::string::npos);
   test::write_text(dir / "hf_quant_config.json", "{not json");
   EXPECT_NE(error_of([&] { read_quant_config(dir.path()); }).find("not valid JSON"), std::string::npos);
 }
