@@ -14,7 +14,7 @@ void register_quantize(CLI::App& app) {
       "Quantize a BF16/FP16/FP32 safetensors checkpoint to a ModelOpt-style NVFP4 checkpoint (by default "
       "the routed experts, as the Qwen3.5 NVFP4 exports do)");
   struct Args {
-    std::string in, out, max_shard = "5GB", algo = "NVFP4";
+    std::string in, out, max_shard = "5GB", algo = "NVFP4", input_scales_from;
     std::vector<std::string> include, exclude;
     float input_amax = kDefaultInputAmax;
   };
@@ -31,6 +31,9 @@ void register_quantize(CLI::App& app) {
   sub->add_option("--input-amax", args->input_amax,
                   "Assumed activation amax behind every input_scale (input_scale = amax / 2688; no calibration), "
                   "default 16");
+  sub->add_option("--input-scales-from", args->input_scales_from,
+                  "Take each module's input_scale from this reference ModelOpt NVFP4 checkpoint of the same model "
+                  "(its calibration) instead of the --input-amax rule");
   sub->add_option("--max-shard-size", args->max_shard, "Largest safetensors shard (default 5GB)");
   set_action(sub, [args] {
     QuantizeOptions options;
@@ -38,6 +41,7 @@ void register_quantize(CLI::App& app) {
     options.exclude = args->exclude;
     options.quant_algo = args->algo;
     options.input_amax = args->input_amax;
+    options.input_scales_from = args->input_scales_from;
     options.max_shard_bytes = parse_byte_size(args->max_shard);
     const QuantizeResult r = quantize_checkpoint(args->in, args->out, options);
     std::printf("wrote %s: %lld linears quantized to %s, %lld tensors copied, %.3f GB -> %.3f GB in %d shard%s\n",

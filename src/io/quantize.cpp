@@ -234,6 +234,29 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& in_dir, const st
     add_nvfp4_specs(specs, base, t.shape[0], t.shape[1], w4a4);
   }
 
+  const float rule_input_scale = nvfp4_tensor_scale_for_amax(options.input_amax);
+  std::optional<SafetensorsCheckpoint> reference;
+  if (!options.input_scales_from.empty()) {
+    FP4MOE_CHECK(w4a4, "--input-scales-from needs quant_algo NVFP4 (W4A16_NVFP4 has no input_scale)");
+    reference.emplace(options.input_scales_from);
+    for (const std::string& m : quantized_modules) {  // before anything is written
+      FP4MOE_CHECK(reference->contains(m + ".input_scale"), options.input_scales_from.string(),
+                   ": the reference checkpoint has no '", m,
+                   ".input_scale' (every quantized module needs a calibrated input_scale there)");
+    }
+  }
+  // base: "<module>." of a quantized linear.
+  auto input_scale_for = [&](const std::string& base) {
+    if (!reference) return rule_input_scale;
+    const std::string name = base + "input_scale";
+    FP4MOE_CHECK(reference->contains(name), options.input_scales_from.string(), ": the reference checkpoint has no '",
+                 name, "' (every quantized module needs a calibrated input_scale there)");
+    const float v = read_f32_scalar(reference->tensor(name));
+    FP4MOE_CHECK(std::isfinite(v) && v > 0.0f, options.input_scales_from.string(), ": '", name, "' = ", v,
+                 ", must be finite and > 0");
+    return v;
+  };
+
   SafetensorsWriter writer(out_dir, specs, options.max_shard_bytes);
   std::optional<Progress> progress;
   if (options.progress) progress.emplace("quantize " + in_dir.filename().string(), result.bytes_in);
@@ -241,7 +264,6 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& in_dir, const st
     if (progress) progress->advance(bytes);
   };
   std::map<std::string, float> shared_scale;  // gate/up pair base -> weight_scale_2
-  const float input_scale = nvfp4_tensor_scale_for_amax(options.input_amax);
   for (const std::string& name : in.names()) {
     const TensorView view = in.tensor(name);
     if (!selected[name]) {
@@ -269,14 +291,14 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& in_dir, const st
           quantize_rows(in, view, e * R + I, I, C, scale, writer, p + "up_proj.", advance_fn);
           for (const char* proj : {"gate_proj.", "up_proj."}) {
             writer.write(p + proj + "weight_scale_2", as_bytes(scale));
-            if (w4a4) writer.write(p + proj + "input_scale", as_bytes(input_scale));
+            if (w4a4) writer.write(p + proj + "input_scale", as_bytes(input_scale_for(p + proj)));
           }
           result.quantized += 2;
         } else {
           const float scale = weight_scale_for_amax(rows_amax(in, view, e * R, R, C));
           quantize_rows(in, view, e * R, R, C, scale, writer, p + "down_proj.", advance_fn);
           writer.write(p + "down_proj.weight_scale_2", as_bytes(scale));
-          if (w4a4) writer.write(p + "down_proj.input_scale", as_bytes(input_scale));
+          if (w4a4) writer.write(p + "down_proj.input_scale", as_bytes(input_scale_for(p + "down_proj.")));
           result.quantized += 1;
         }
       }
@@ -311,7 +333,7 @@ QuantizeResult quantize_checkpoint(const std::filesystem::path& in_dir, const st
     }
     quantize_rows(in, view, 0, rows, cols, scale, writer, base, advance_fn);
     writer.write(base + "weight_scale_2", as_bytes(scale));
-    if (w4a4) writer.write(base + "input_scale", as_bytes(input_scale));
+    if (w4a4) writer.write(base + "input_scale", as_bytes(input_scale_for(base)));
     in.release(view);
     ++result.quantized;
   }

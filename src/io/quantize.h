@@ -7,9 +7,13 @@
 // exports). Everything else is copied byte for byte.
 // Scales (ModelOpt-exact, format/nvfp4.h): weight_scale_2 = amax / 2688 per tensor; gate_proj and
 // up_proj of one expert share weight_scale_2 = max(amax_gate, amax_up) / 2688, as ModelOpt's
-// sync_moe_gate_up_amax exports them. input_scale (W4A4 only) has no calibration data here, so it
-// comes from a documented rule: input_scale = input_amax / 2688 with an assumed activation amax
-// (--input-amax, default kDefaultInputAmax) for every quantized linear.
+// sync_moe_gate_up_amax exports them. input_scale (W4A4 only) needs calibrated activation amaxes,
+// which a weights-only tool cannot measure, so it comes from one of two documented sources:
+//  - the rule input_scale = input_amax / 2688 with an assumed activation amax (--input-amax,
+//    default kDefaultInputAmax), the same for every quantized linear;
+//  - --input-scales-from REF: the calibrated input_scale of the same module in a reference ModelOpt
+//    checkpoint of the same model (e.g. the vendor's NVFP4 export); every quantized module must
+//    have one there.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -32,6 +36,7 @@ struct QuantizeOptions {
   std::vector<std::string> exclude;  // empty: default_quantize_exclude()
   std::string quant_algo = "NVFP4";  // or "W4A16_NVFP4" (no input_scale tensors)
   float input_amax = kDefaultInputAmax;
+  std::filesystem::path input_scales_from;  // empty: the input_amax rule
   uint64_t max_shard_bytes = kDefaultMaxShardBytes;
   bool progress = true;
 };

@@ -371,6 +371,34 @@ TEST(Quantize, StackedExpertsSplitLikeModelOpt) {
   EXPECT_NE(e.find("stacked experts need the checkpoint's config.json"), std::string::npos) << e;
 }
 
+// --input-scales-from: each module's input_scale comes from a reference NVFP4 checkpoint.
+TEST(Quantize, InputScalesFromReference) {
+  ScratchDir dir;
+  const ModelConfig tiny = with_layers(model_preset("tiny"), 1);
+  synth_checkpoint(tiny, dir / "bf16", quiet_synth(8, 1ull << 30, false));
+  synth_checkpoint(tiny, dir / "ref", quiet_synth(9));  // per-expert input scales drawn in [6, 10] / 2688
+  QuantizeOptions options;
+  options.progress = false;
+  options.input_scales_from = dir / "ref";
+  quantize_checkpoint(dir / "bf16", dir / "q", options);
+  SafetensorsCheckpoint q(dir / "q"), ref(dir / "ref");
+  std::set<float> distinct;
+  for (int64_t e = 0; e < tiny.num_experts; ++e) {
+    for (const char* proj : kExpertProjections) {
+      const std::string name = expert_prefix(tiny, 0, e) + proj + ".input_scale";
+      EXPECT_EQ(read_f32_scalar(q.tensor(name)), read_f32_scalar(ref.tensor(name))) << name;
+      distinct.insert(read_f32_scalar(q.tensor(name)));
+    }
+  }
+  EXPECT_GT(distinct.size(), 10u);  // really per module, not one rule value
+  // A module the reference lacks is an error naming it.
+  options.include = {"*.mlp.experts.*.gate_proj.weight", "*.mlp.shared_expert.up_proj.weight"};
+  const std::string e = error_of([&] { quantize_checkpoint(dir / "bf16", dir / "q2", options); });
+  EXPECT_NE(e.find("has no 'model.language_model.layers.0.mlp.shared_expert.up_proj.input_scale'"), std::string::npos)
+      << e;
+  EXPECT_FALSE(std::filesystem::exists(dir / "q2"));  // checked before anything is written
+}
+
 TEST(Quantize, ParseByteSize) {
   EXPECT_EQ(parse_byte_size("123"), 123u);
   EXPECT_EQ(parse_byte_size("5GB"), 5'000'000'000u);
