@@ -5,7 +5,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(cmake ninja-build g++ make pkg-config git python3 python3-pip python3-venv
-          nlohmann-json3-dev libcli11-dev googletest libgtest-dev libgmock-dev libbenchmark-dev clang)
+          nlohmann-json3-dev libcli11-dev googletest libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
