@@ -200,7 +200,11 @@ Verdict run_qualification(const QualifyRequest& request) {
     job.timing_tokens = request.timing_tokens;
     job.timing_replays = request.timing_replays;
     const std::string job_path = dir + "/job.json";
-    std::ofstream(job_path) << job_to_json(job);
+    {
+      std::ofstream job_file(job_path);
+      job_file << job_to_json(job);
+      FP4MOE_CHECK(job_file.good(), "cannot write the qualification job ", job_path);
+    }
 
     request.log(detail::concat("qualifying ", id, ": ", probes.size(), " probes in a child process (limit ",
                                request.timeout_seconds, " s)"));
@@ -247,9 +251,17 @@ Verdict run_qualification(const QualifyRequest& request) {
     bool all_passed = true;
     for (size_t i = 0; i < probes.size(); ++i) {
       const Probe& probe = probes[i];
+      std::vector<uint16_t> out;
+      try {
+        out = read_output(dir + "/probe_" + std::to_string(i) + ".bin",
+                          static_cast<size_t>(probe.tokens * request.problem.hidden));
+      } catch (const Error& e) {
+        // An output file missing or short: the run cannot be judged, so the backend is not trusted.
+        bv.failure = std::string("its output could not be read: ") + e.what();
+        all_passed = false;
+        break;
+      }
       const std::vector<float>& ref = references.output(i, probe);
-      const std::vector<uint16_t> out =
-          read_output(dir + "/probe_" + std::to_string(i) + ".bin", static_cast<size_t>(probe.tokens * request.problem.hidden));
       const std::vector<int64_t> rows = reference_rows(probe.tokens);
       CompareResult metrics = compare_bf16(out, ref, probe.tokens, request.problem.hidden, kBf16Poison, rows);
       count_bad_outside(out, rows, request.problem.hidden, metrics);
