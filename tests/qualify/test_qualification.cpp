@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <filesystem>
 #include <fstream>
 
@@ -217,6 +219,11 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::strcmp(argv[1], "--qualify-worker") == 0 && std::strcmp(argv[2], "--job") == 0) {
     return fp4moe::qualify_worker_main(argv[3], fp4moe::testing::make_test_backend);
   }
+  // In sanitizer builds, let a fault backend's SIGSEGV kill its worker as it would in a normal
+  // build (ASan would otherwise catch it and exit with 1); the workers inherit the environment.
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  const std::string options = std::string(asan && *asan ? asan : "") + (asan && *asan ? ":" : "") + "handle_segv=0";
+  setenv("ASAN_OPTIONS", options.c_str(), 1);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
