@@ -1,6 +1,8 @@
 // The MoE benchmark (bench/moe_bench.h). Host code over the CUDA runtime and the backend registry.
 #include "bench/moe_bench.h"
 
+#include "common/device_info.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cctype>
@@ -82,32 +84,6 @@ std::string utc_now_iso() {
   char text[32];
   std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return text;
-}
-
-// The kernel driver version ("580.159.04"): the first dotted number after "Kernel Module" in
-// /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04 ...").
-std::string kernel_driver_version() {
-  std::FILE* f = std::fopen("/proc/driver/nvidia/version", "r");
-  if (!f) return "unknown";
-  char line[512] = {0};
-  const bool got = std::fgets(line, sizeof line, f) != nullptr;
-  std::fclose(f);
-  if (!got) return "unknown";
-  const std::string text(line);
-  const size_t module = text.find("Kernel Module");
-  if (module == std::string::npos) return "unknown";
-  size_t pos = module;
-  while (pos < text.size()) {
-    const size_t begin = text.find_first_not_of(" \t\n", pos);
-    if (begin == std::string::npos) break;
-    const size_t end = std::min(text.find_first_of(" \t\n", begin), text.size());
-    const std::string token = text.substr(begin, end - begin);
-    if (std::isdigit(static_cast<unsigned char>(token[0])) && token.find('.') != std::string::npos &&
-        token.find_first_not_of("0123456789.") == std::string::npos)
-      return token;
-    pos = end;
-  }
-  return "unknown";
 }
 
 void say(const MoeBenchOptions& options, const std::string& line) {
@@ -334,7 +310,7 @@ MoeBenchReport run_moe_bench(const MoeBenchOptions& options) {
   report.options = options;
   report.date_utc = utc_now_iso();
   report.commit = bench_commit();
-  report.driver = kernel_driver_version();
+  report.driver = nvidia_kernel_driver_version();
   report.preset = options.preset;
   report.device = devices.devices[static_cast<size_t>(options.device)];
   report.problem = moe_problem_for(model_preset(options.preset), options.activation);

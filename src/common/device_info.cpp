@@ -4,7 +4,38 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
 namespace fp4moe {
+
+// The kernel driver version ("580.159.04"): the first dotted number after "Kernel Module" in
+// /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04 ...").
+std::string nvidia_kernel_driver_version() {
+  std::FILE* f = std::fopen("/proc/driver/nvidia/version", "r");
+  if (!f) return "unknown";
+  char line[512] = {0};
+  const bool got = std::fgets(line, sizeof line, f) != nullptr;
+  std::fclose(f);
+  if (!got) return "unknown";
+  const std::string text(line);
+  const size_t module = text.find("Kernel Module");
+  if (module == std::string::npos) return "unknown";
+  size_t pos = module;
+  while (pos < text.size()) {
+    const size_t begin = text.find_first_not_of(" \t\n", pos);
+    if (begin == std::string::npos) break;
+    const size_t end = std::min(text.find_first_of(" \t\n", begin), text.size());
+    const std::string token = text.substr(begin, end - begin);
+    if (std::isdigit(static_cast<unsigned char>(token[0])) && token.find('.') != std::string::npos &&
+        token.find_first_not_of("0123456789.") == std::string::npos)
+      return token;
+    pos = end;
+  }
+  return "unknown";
+}
+
 
 DeviceList query_cuda_devices() {
   DeviceList list;
@@ -39,6 +70,7 @@ DeviceList query_cuda_devices() {
     info.shared_memory_per_block_optin = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
     info.driver_version = driver;
     info.runtime_version = runtime;
+    info.kernel_driver = nvidia_kernel_driver_version();
     list.devices.push_back(info);
   }
   if (list.devices.empty()) list.why_none = "cudaGetDeviceProperties failed for every device";

@@ -18,6 +18,7 @@ struct DeviceInfo {
   int64_t shared_memory_per_block_optin = 0;
   int driver_version = 0;   // e.g. 13000
   int runtime_version = 0;  // e.g. 13000
+  std::string kernel_driver;  // the NVIDIA kernel driver release, e.g. "580.159.04" ("unknown" if unreadable)
   int sm() const { return sm_major * 10 + sm_minor; }
 };
 
@@ -25,6 +26,9 @@ struct DeviceList {
   std::vector<DeviceInfo> devices;
   std::string why_none;  // set when devices is empty: no CUDA in this build, no driver, no GPU, ...
 };
+
+// The NVIDIA kernel driver release from /proc/driver/nvidia/version ("580.159.04"), or "unknown".
+std::string nvidia_kernel_driver_version();
 
 // Never throws; a missing driver or GPU is reported in why_none.
 DeviceList query_cuda_devices();

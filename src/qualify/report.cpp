@@ -54,7 +54,8 @@ std::string verdict_table(const Verdict& v) {
   std::ostringstream out;
   // CUDA encodes versions as 1000 * major + 10 * minor.
   out << "qualification: " << v.key.device_name << " (SM " << v.key.sm / 10 << "." << v.key.sm % 10
-      << ", CUDA driver " << v.key.driver_version / 1000 << "." << v.key.driver_version % 1000 / 10 << ", runtime "
+      << ", driver " << v.key.kernel_driver << ", CUDA driver API " << v.key.driver_version / 1000 << "."
+      << v.key.driver_version % 1000 / 10 << ", runtime "
       << v.key.runtime_version / 1000 << "." << v.key.runtime_version % 1000 / 10 << ")\n";
   out << "problem:       " << v.key.problem << ", up to " << v.key.max_tokens << " tokens\n";
   out << "build:         " << v.key.build_id << "\n";

@@ -18,7 +18,8 @@ namespace fp4moe {
 using nlohmann::json;
 
 std::string VerdictKey::hash() const {
-  const std::string text = detail::concat(device_name, '\n', sm, '\n', driver_version, '\n', runtime_version, '\n',
+  const std::string text = detail::concat(device_name, '\n', sm, '\n', driver_version, '\n', kernel_driver, '\n',
+                                          runtime_version, '\n',
                                           build_id, '\n', problem, '\n', max_tokens);
   uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a 64
   for (unsigned char c : text) {
@@ -40,6 +41,7 @@ VerdictKey make_verdict_key(const DeviceInfo& device, const MoeProblem& problem,
   key.device_name = device.name;
   key.sm = device.sm();
   key.driver_version = device.driver_version;
+  key.kernel_driver = device.kernel_driver;
   key.runtime_version = device.runtime_version;
   key.build_id = this_build_id();
   key.problem = problem.describe();
@@ -85,7 +87,7 @@ namespace {
 
 json key_to_json(const VerdictKey& k) {
   return {{"device_name", k.device_name}, {"sm", k.sm}, {"driver_version", k.driver_version},
-          {"runtime_version", k.runtime_version}, {"build_id", k.build_id}, {"problem", k.problem},
+          {"kernel_driver", k.kernel_driver}, {"runtime_version", k.runtime_version}, {"build_id", k.build_id}, {"problem", k.problem},
           {"max_tokens", k.max_tokens}};
 }
 
@@ -140,6 +142,7 @@ Verdict verdict_from_json(const std::string& text) {
   v.key.device_name = field<std::string>(k, "device_name", "key");
   v.key.sm = field<int>(k, "sm", "key");
   v.key.driver_version = field<int>(k, "driver_version", "key");
+  v.key.kernel_driver = field<std::string>(k, "kernel_driver", "key");
   v.key.runtime_version = field<int>(k, "runtime_version", "key");
   v.key.build_id = field<std::string>(k, "build_id", "key");
   v.key.problem = field<std::string>(k, "problem", "key");

@@ -18,7 +18,8 @@ namespace fp4moe {
 struct VerdictKey {
   std::string device_name;
   int sm = 0;
-  int driver_version = 0;
+  int driver_version = 0;     // CUDA driver API version (cudaDriverGetVersion)
+  std::string kernel_driver;  // NVIDIA kernel driver release, e.g. "580.159.04"
   int runtime_version = 0;
   std::string build_id;  // version, commit, build type, CUDA archs
   std::string problem;   // MoeProblem::describe()

@@ -128,8 +128,11 @@ TEST(Qualification, VerdictSurvivesTheCacheRoundTrip) {
   ASSERT_TRUE(loaded.has_value());
   EXPECT_EQ(verdict_to_json(*loaded), verdict_to_json(v));
   VerdictKey other = v.key;
-  other.driver_version += 1;  // a driver update invalidates the verdict
+  other.driver_version += 1;  // a CUDA driver update invalidates the verdict
   EXPECT_FALSE(load_cached_verdict(other).has_value());
+  VerdictKey new_kernel_driver = v.key;
+  new_kernel_driver.kernel_driver = "999.1.2";  // so does a kernel driver update with the same CUDA API
+  EXPECT_FALSE(load_cached_verdict(new_kernel_driver).has_value());
   std::filesystem::remove_all(dir);
   unsetenv("FP4MOE_CACHE_DIR");
 }
