@@ -88,20 +88,17 @@ std::vector<T> copy_array(const HostArray<T>& a, const char* what, std::initiali
 std::string build_id() { return this_build_id(); }
 
 MoeProblem make_problem(const ProblemArgs& a) {
-  MoeProblem p;
-  p.hidden = a.hidden;
-  p.inter = a.inter;
-  p.num_experts = a.num_experts;
-  p.top_k = a.top_k;
-  p.routing.method = parse_routing_method(a.routing);
-  p.routing.num_experts = static_cast<int>(a.num_experts);
-  p.routing.top_k = static_cast<int>(a.top_k);
-  p.routing.n_group = static_cast<int>(a.n_group);
-  p.routing.topk_group = static_cast<int>(a.topk_group);
-  p.routing.routed_scaling_factor = static_cast<float>(a.routed_scaling_factor);
-  p.activation_mode = parse_activation_mode(a.activation);
-  p.validate();
-  return p;
+  // The MoE part of a model config; moe_problem_for validates it like every other caller's.
+  ModelConfig model;
+  model.hidden = a.hidden;
+  model.moe_inter = a.inter;
+  model.num_experts = a.num_experts;
+  model.top_k = a.top_k;
+  model.routing = a.routing;
+  model.n_group = a.n_group;
+  model.topk_group = a.topk_group;
+  model.routed_scaling_factor = a.routed_scaling_factor;
+  return moe_problem_for(model, parse_activation_mode(a.activation));
 }
 
 DeviceInfo find_device(int ordinal) {

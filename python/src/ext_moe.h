@@ -26,7 +26,7 @@ struct ProblemArgs {
 
 // Validated MoeProblem (throws Error naming the bad field).
 MoeProblem make_problem(const ProblemArgs& args);
-// The build id the verdict key carries; the same string as tools/cmd_qualify.cpp builds (the
+// The build id the verdict key carries (qualify/verdict.h this_build_id(), the
 // extension and the bundled fp4moe executable come from one CMake build, so their keys match).
 std::string build_id();
 // The CUDA device with this ordinal; throws Error saying why there is none.
