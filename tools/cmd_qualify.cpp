@@ -7,8 +7,8 @@
 //   1  an error (bad arguments, unreadable checkpoint, ...)
 //   2  nothing to qualify on this machine: no GPU is visible, or the build has no CUDA
 //   3  qualification ran but no backend qualified
+#include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -18,6 +18,7 @@
 #include "common/device_info.h"
 #include "common/error.h"
 #include "io/hf_config.h"
+#include "io/moe_loader.h"
 #include "io/presets.h"
 #include "kernels/moe_problem.h"
 #include "qualify/qualify.h"
@@ -39,6 +40,7 @@ struct QualifyOptions {
   std::string plot_path;
   double timeout = 900.0;
   uint64_t seed = 1;
+  int64_t layer = -1;  // --model: the MoE layer whose experts are qualified (-1: the first)
 };
 
 void write_text(const std::string& path, const std::string& text, const char* what) {
@@ -50,11 +52,30 @@ void write_text(const std::string& path, const std::string& text, const char* wh
 
 int run_qualify(const QualifyOptions& o) {
   FP4MOE_CHECK(o.preset.empty() != o.model_dir.empty(), "qualify needs exactly one of --preset NAME or --model DIR");
-  // --model: the shape comes from the checkpoint's config.json; the probes use synthetic weights of
-  // that shape (seeded), so that every backend is judged on the same, reproducible values.
-  const ModelConfig model =
-      o.preset.empty() ? read_hf_config(std::filesystem::path(o.model_dir) / "config.json") : model_preset(o.preset);
-  const MoeProblem problem = moe_problem_for(model, parse_activation_mode(o.activation));
+  // --model: the shape and the expert weights of one MoE layer come from the checkpoint (the exact
+  // quantized values that will be served); --preset: seeded synthetic weights of the preset's shape.
+  WeightSource weights;
+  weights.seed = o.seed;
+  ModelConfig model;
+  ActivationMode mode = parse_activation_mode(o.activation);
+  if (o.preset.empty()) {
+    const Nvfp4Checkpoint checkpoint = open_nvfp4_checkpoint(o.model_dir);
+    model = checkpoint.config;
+    const std::vector<int64_t> moe_layers = checkpoint.moe_layers();
+    FP4MOE_CHECK(!moe_layers.empty(), o.model_dir, ": the model has no MoE layer to qualify");
+    weights.model_dir = o.model_dir;
+    weights.layer = o.layer < 0 ? moe_layers.front() : o.layer;
+    FP4MOE_CHECK(std::find(moe_layers.begin(), moe_layers.end(), weights.layer) != moe_layers.end(), "--layer ",
+                 weights.layer, " is not a MoE layer of ", o.model_dir, " (it has ", moe_layers.size(),
+                 " MoE layers, first ", moe_layers.front(), ", last ", moe_layers.back(), ")");
+    FP4MOE_CHECK(mode != ActivationMode::kW4A4 || checkpoint.quant.has_input_scale(), o.model_dir,
+                 " has no activation input_scale (quant_algo ", checkpoint.quant.quant_algo,
+                 "): W4A4 needs them; qualify it with --activation W4A16");
+  } else {
+    FP4MOE_CHECK(o.layer < 0, "--layer needs --model (a preset has synthetic weights)");
+    model = model_preset(o.preset);
+  }
+  const MoeProblem problem = moe_problem_for(model, mode);
   FP4MOE_CHECK(o.max_tokens >= 1 && o.max_tokens <= (1 << 20), "--max-tokens must be in [1, 1048576], got ", o.max_tokens);
   std::vector<int64_t> tokens = o.tokens.empty() ? default_timing_tokens(o.max_tokens) : o.tokens;
   for (int64_t t : tokens)
@@ -76,7 +97,7 @@ int run_qualify(const QualifyOptions& o) {
   } else {
     QualifyRequest request;
     request.problem = problem;
-    request.weight_seed = o.seed;
+    request.weights = weights;
     request.max_tokens = o.max_tokens;
     request.timing_tokens = tokens;
     request.backend_ids = o.backends;
@@ -111,7 +132,7 @@ void register_qualify(CLI::App& app) {
       "qualify", "Qualify every MoE backend on this GPU against the CPU reference, time them, cache the verdict");
   auto* source = sub->add_option_group("source", "the model shape");
   source->add_option("--preset", options->preset, "built-in model preset (fp4moe synth --help lists them)");
-  source->add_option("--model", options->model_dir, "checkpoint directory (config.json)");
+  source->add_option("--model", options->model_dir, "ModelOpt NVFP4 checkpoint directory: its shape and its weights");
   source->require_option(1);
   sub->add_option("--tokens", options->tokens, "token buckets to time (default: powers of two up to --max-tokens)")
       ->delimiter(',');
@@ -124,6 +145,7 @@ void register_qualify(CLI::App& app) {
   sub->add_option("--plot", options->plot_path, "write an SVG plot (time against tokens) to FILE");
   sub->add_option("--timeout", options->timeout, "time limit per backend, seconds")->capture_default_str();
   sub->add_option("--seed", options->seed, "seed of the synthetic weights and probes")->capture_default_str();
+  sub->add_option("--layer", options->layer, "with --model: the MoE layer to qualify (default: the first)");
   set_action(sub, [options] { return run_qualify(*options); });
 
   auto job = std::make_shared<std::string>();

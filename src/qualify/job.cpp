@@ -21,7 +21,9 @@ std::string job_to_json(const QualifyJob& job) {
               {"routing", to_string(p.routing.method)}, {"n_group", p.routing.n_group},
               {"topk_group", p.routing.topk_group}, {"routed_scaling_factor", p.routing.routed_scaling_factor},
               {"renormalize", p.routing.renormalize}, {"activation", to_string(p.activation_mode)}}},
-            {"weight_seed", job.weight_seed},
+            {"weight_seed", job.weights.seed},
+            {"model_dir", job.weights.model_dir},
+            {"model_layer", job.weights.layer},
             {"max_tokens", job.max_tokens},
             {"probes", probes},
             {"output_dir", job.output_dir},
@@ -49,7 +51,9 @@ QualifyJob job_from_json(const std::string& text) {
     job.problem.routing.renormalize = p.at("renormalize").get<bool>();
     job.problem.activation_mode = parse_activation_mode(p.at("activation").get<std::string>());
     job.problem.validate();
-    job.weight_seed = j.at("weight_seed").get<uint64_t>();
+    job.weights.seed = j.at("weight_seed").get<uint64_t>();
+    job.weights.model_dir = j.at("model_dir").get<std::string>();
+    job.weights.layer = j.at("model_layer").get<int64_t>();
     job.max_tokens = j.at("max_tokens").get<int64_t>();
     for (const json& probe : j.at("probes")) {
       Probe pr;

@@ -16,7 +16,7 @@ namespace fp4moe {
 struct QualifyJob {
   std::string backend;
   MoeProblem problem;
-  uint64_t weight_seed = 1;
+  WeightSource weights;
   int64_t max_tokens = 0;
   std::vector<Probe> probes;
   std::string output_dir;

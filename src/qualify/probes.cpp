@@ -7,6 +7,7 @@
 #include "common/rng.h"
 #include "format/bf16.h"
 #include "format/synthetic.h"
+#include "io/moe_loader.h"
 
 namespace fp4moe {
 
@@ -132,8 +133,16 @@ void apply_extreme_block_scales(MoeWeights& w) {
   rewrite(w.w2_scales);
 }
 
-MoeWeights make_probe_weights(const MoeProblem& problem, ProbeWeights variant, uint64_t seed) {
-  MoeWeights w = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, seed);
+MoeWeights make_probe_weights(const MoeProblem& problem, ProbeWeights variant, const WeightSource& source) {
+  MoeWeights w;
+  if (source.model_dir.empty()) {
+    w = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, source.seed);
+  } else {
+    w = open_nvfp4_checkpoint(source.model_dir).load_moe_layer(source.layer);
+    FP4MOE_CHECK(w.num_experts == problem.num_experts && w.hidden == problem.hidden && w.inter == problem.inter,
+                 source.model_dir, " layer ", source.layer, ": experts [E=", w.num_experts, ", H=", w.hidden, ", I=",
+                 w.inter, "] do not match the problem ", problem.describe());
+  }
   if (variant == ProbeWeights::kExtremeScales) apply_extreme_block_scales(w);
   return w;
 }

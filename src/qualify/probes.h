@@ -51,8 +51,17 @@ struct ProbeInputs {
 };
 ProbeInputs make_probe_inputs(const MoeProblem& problem, const Probe& probe);
 
-// Weights for a probe variant; seed selects the synthetic weights.
-MoeWeights make_probe_weights(const MoeProblem& problem, ProbeWeights variant, uint64_t seed);
+// Where qualification takes the expert weights from: seeded synthetic weights of the problem's shape,
+// or one MoE layer of a ModelOpt NVFP4 checkpoint (`fp4moe qualify --model DIR --layer N`), so the
+// backends are judged on the exact quantized values that will be served.
+struct WeightSource {
+  uint64_t seed = 1;
+  std::string model_dir;  // empty: synthetic
+  int64_t layer = 0;      // with model_dir: the layer whose routed experts are loaded
+};
+
+// Weights for a probe variant (the extreme-scales variant rewrites block scales of the source's).
+MoeWeights make_probe_weights(const MoeProblem& problem, ProbeWeights variant, const WeightSource& source);
 // In place: turns a standard weight set into the extreme-scales variant (deterministic).
 void apply_extreme_block_scales(MoeWeights& weights);
 

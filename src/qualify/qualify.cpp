@@ -80,9 +80,14 @@ class ReferenceCache {
   const MoeWeights& weights(ProbeWeights variant) {
     auto it = weights_.find(variant);
     if (it == weights_.end()) {
-      request_.log(detail::concat("  generating ", to_string(variant), " reference weights (",
-                                  request_.problem.num_experts, " experts)"));
-      it = weights_.emplace(variant, make_probe_weights(request_.problem, variant, request_.weight_seed)).first;
+      request_.log(detail::concat("  ", request_.weights.model_dir.empty() ? "generating " : "loading ",
+                                  to_string(variant), " reference weights (", request_.problem.num_experts, " experts",
+                                  request_.weights.model_dir.empty()
+                                      ? std::string()
+                                      : detail::concat(" of layer ", request_.weights.layer, " of ",
+                                                       request_.weights.model_dir),
+                                  ")"));
+      it = weights_.emplace(variant, make_probe_weights(request_.problem, variant, request_.weights)).first;
     }
     return it->second;
   }
@@ -180,7 +185,7 @@ Verdict run_qualification(const QualifyRequest& request) {
   Verdict verdict;
   verdict.key = request.key;
   verdict.created_at = now_utc();
-  const std::vector<Probe> probes = default_probes(request.max_tokens, request.weight_seed);
+  const std::vector<Probe> probes = default_probes(request.max_tokens, request.weights.seed);
   const ErrorBudget budget = error_budget(CheckedOp::kMoe, request.problem.activation_mode);
   ReferenceCache references(request);
   TempDir work;
@@ -193,7 +198,7 @@ Verdict run_qualification(const QualifyRequest& request) {
     QualifyJob job;
     job.backend = id;
     job.problem = request.problem;
-    job.weight_seed = request.weight_seed;
+    job.weights = request.weights;
     job.max_tokens = request.max_tokens;
     job.probes = probes;
     job.output_dir = dir;

@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "kernels/moe_problem.h"
+#include "qualify/probes.h"
 #include "qualify/verdict.h"
 
 namespace fp4moe {
 
 struct QualifyRequest {
   MoeProblem problem;
-  uint64_t weight_seed = 1;
+  WeightSource weights;                 // synthetic (seed) or a checkpoint layer
   int64_t max_tokens = 4096;            // serving maximum: the largest probe
   std::vector<int64_t> timing_tokens;   // token buckets to time (each <= max_tokens)
   int timing_replays = 20;

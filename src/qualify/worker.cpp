@@ -239,7 +239,7 @@ int run_job(const QualifyJob& job, const BackendFactory& factory) {
   auto prepared_for = [&](ProbeWeights variant) -> PreparedMoe& {
     auto it = prepared.find(variant);
     if (it == prepared.end()) {
-      MoeWeights weights = make_probe_weights(job.problem, variant, job.weight_seed);
+      MoeWeights weights = make_probe_weights(job.problem, variant, job.weights);
       it = prepared.emplace(variant, backend->prepare(job.problem, weights, job.max_tokens, device)).first;
     }
     return *it->second;

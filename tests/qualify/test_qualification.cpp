@@ -14,6 +14,8 @@
 #include "common/device_info.h"
 #include "common/error.h"
 #include "fault_backends.h"
+#include "io/moe_loader.h"
+#include "io/synth.h"
 #include "qualify/dispatch.h"
 #include "qualify/qualify.h"
 #include "qualify/report.h"
@@ -135,6 +137,48 @@ TEST(Qualification, VerdictSurvivesTheCacheRoundTrip) {
   EXPECT_FALSE(load_cached_verdict(new_kernel_driver).has_value());
   std::filesystem::remove_all(dir);
   unsetenv("FP4MOE_CACHE_DIR");
+}
+
+// --model: qualification runs on one layer of a real ModelOpt-style checkpoint, the exact quantized
+// values that will be served, not on synthetic ones.
+TEST(Qualification, UsesTheCheckpointLayerWeightsWithModel) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "fp4moe-test-qualify-model";
+  std::filesystem::remove_all(dir);
+  ModelConfig tiny = with_layers(model_preset("tiny"), 2);
+  SynthOptions synth;
+  synth.seed = 7;
+  synth.progress = false;
+  synth_checkpoint(tiny, dir, synth);
+  const MoeProblem problem = moe_problem_for(tiny, ActivationMode::kW4A4);
+
+  WeightSource source;
+  source.model_dir = dir.string();
+  source.layer = 1;
+  const MoeWeights from_source = make_probe_weights(problem, ProbeWeights::kStandard, source);
+  const MoeWeights from_checkpoint = open_nvfp4_checkpoint(dir).load_moe_layer(1);
+  EXPECT_EQ(from_source.w13_packed, from_checkpoint.w13_packed);
+  EXPECT_EQ(from_source.w2_scales, from_checkpoint.w2_scales);
+  EXPECT_EQ(from_source.up_scale2, from_checkpoint.up_scale2);
+  EXPECT_EQ(from_source.w13_input_scale, from_checkpoint.w13_input_scale);
+  EXPECT_NE(from_source.w13_packed, make_probe_weights(problem, ProbeWeights::kStandard, WeightSource{}).w13_packed);
+  source.layer = 5;  // beyond the checkpoint's layers: a clear error, not a silent fallback
+  EXPECT_THROW(make_probe_weights(problem, ProbeWeights::kStandard, source), Error);
+  source.layer = 1;
+
+  QualifyRequest request = tiny_request({"cpu.reference.v1", "test.fault.swap_gate_up.v1"}, ActivationMode::kW4A4,
+                                        tiny.hidden, tiny.moe_inter);
+  request.problem = problem;
+  request.key.problem = problem.describe();
+  request.weights = source;
+  std::vector<std::string> log;
+  request.log = [&](const std::string& line) { log.push_back(line); };
+  const Verdict v = run_qualification(request);
+  EXPECT_TRUE(find(v, "cpu.reference.v1").qualified) << find(v, "cpu.reference.v1").failure;
+  EXPECT_FALSE(find(v, "test.fault.swap_gate_up.v1").qualified);
+  bool loaded = false;
+  for (const std::string& line : log) loaded |= line.find("of layer 1 of " + dir.string()) != std::string::npos;
+  EXPECT_TRUE(loaded) << "the parent did not say it loaded the checkpoint's layer";
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Dispatch, ExplicitChoiceIsHonouredWithAWarningWhenUnqualified) {
