@@ -70,19 +70,26 @@ ActivationMode parse_activation_mode(std::string_view name) {
   fail("unknown activation mode '", name, "'; valid: W4A16, W4A4");
 }
 
-MoeProblem moe_problem_for(const ModelConfig& model, ActivationMode mode) {
+MoeProblem make_moe_problem(int64_t hidden, int64_t inter, int64_t num_experts, int64_t top_k, ActivationMode mode,
+                            RoutingMethod method) {
   MoeProblem p;
-  p.hidden = model.hidden;
-  p.inter = model.moe_inter;
-  p.num_experts = model.num_experts;
-  p.top_k = model.top_k;
-  p.routing.method = parse_routing_method(model.routing);
-  p.routing.num_experts = static_cast<int>(model.num_experts);
-  p.routing.top_k = static_cast<int>(model.top_k);
+  p.hidden = hidden;
+  p.inter = inter;
+  p.num_experts = num_experts;
+  p.top_k = top_k;
+  p.routing.method = method;
+  p.routing.num_experts = static_cast<int>(num_experts);
+  p.routing.top_k = static_cast<int>(top_k);
+  p.activation_mode = mode;
+  return p;
+}
+
+MoeProblem moe_problem_for(const ModelConfig& model, ActivationMode mode) {
+  MoeProblem p = make_moe_problem(model.hidden, model.moe_inter, model.num_experts, model.top_k, mode,
+                                  parse_routing_method(model.routing));
   p.routing.n_group = static_cast<int>(model.n_group);
   p.routing.topk_group = static_cast<int>(model.topk_group);
   p.routing.routed_scaling_factor = static_cast<float>(model.routed_scaling_factor);
-  p.activation_mode = mode;
   p.validate();
   return p;
 }

@@ -53,6 +53,13 @@ std::string_view to_string(ActivationMode mode);
 RoutingMethod parse_routing_method(std::string_view name);  // throws Error listing the valid names
 ActivationMode parse_activation_mode(std::string_view name);
 
+// A problem of this shape with the routing's expert count and top-k filled in from it (the two must
+// agree); the group settings of kSigmoidGroupedTopk keep their defaults. Not validated, so that
+// callers (and tests) can still build and check bad ones.
+MoeProblem make_moe_problem(int64_t hidden, int64_t inter, int64_t num_experts, int64_t top_k,
+                            ActivationMode mode = ActivationMode::kW4A16,
+                            RoutingMethod method = RoutingMethod::kSoftmaxTopkRenorm);
+
 // The MoE problem of a model's routed experts (validated).
 MoeProblem moe_problem_for(const ModelConfig& model, ActivationMode mode);
 

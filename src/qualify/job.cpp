@@ -38,18 +38,14 @@ QualifyJob job_from_json(const std::string& text) {
     QualifyJob job;
     job.backend = j.at("backend").get<std::string>();
     const json& p = j.at("problem");
-    job.problem.hidden = p.at("hidden").get<int64_t>();
-    job.problem.inter = p.at("inter").get<int64_t>();
-    job.problem.num_experts = p.at("num_experts").get<int64_t>();
-    job.problem.top_k = p.at("top_k").get<int64_t>();
-    job.problem.routing.method = parse_routing_method(p.at("routing").get<std::string>());
-    job.problem.routing.num_experts = static_cast<int>(job.problem.num_experts);
-    job.problem.routing.top_k = static_cast<int>(job.problem.top_k);
+    job.problem = make_moe_problem(p.at("hidden").get<int64_t>(), p.at("inter").get<int64_t>(),
+                                   p.at("num_experts").get<int64_t>(), p.at("top_k").get<int64_t>(),
+                                   parse_activation_mode(p.at("activation").get<std::string>()),
+                                   parse_routing_method(p.at("routing").get<std::string>()));
     job.problem.routing.n_group = p.at("n_group").get<int>();
     job.problem.routing.topk_group = p.at("topk_group").get<int>();
     job.problem.routing.routed_scaling_factor = p.at("routed_scaling_factor").get<float>();
     job.problem.routing.renormalize = p.at("renormalize").get<bool>();
-    job.problem.activation_mode = parse_activation_mode(p.at("activation").get<std::string>());
     job.problem.validate();
     job.weights.seed = j.at("weight_seed").get<uint64_t>();
     job.weights.model_dir = j.at("model_dir").get<std::string>();

@@ -269,23 +269,25 @@ int run_job(const QualifyJob& job, const BackendFactory& factory) {
     const double bandwidth = runner->copy_bandwidth_gbps();
     emit("BANDWIDTH " + std::to_string(bandwidth));
     PreparedMoe& standard = prepared_for(ProbeWeights::kStandard);
+    MoeWeights shape_only;  // bytes per expert follow from the shape alone
+    shape_only.hidden = job.problem.hidden;
+    shape_only.inter = job.problem.inter;
+    const auto bytes_per_expert = static_cast<double>(shape_only.bytes_per_expert());
+    // Several routings per bucket, so that consecutive runs read different experts (not from L2).
+    constexpr int kInputSets = 4;
     json timings = json::array();
     for (int64_t tokens : job.timing_tokens) {
       std::vector<ProbeInputs> sets;
       double experts = 0;
-      for (int s = 0; s < 4; ++s) {
+      for (int s = 0; s < kInputSets; ++s) {
         Probe p;
         p.tokens = tokens;
         p.seed = 0xC0FFEEull + static_cast<uint64_t>(tokens) * 16 + static_cast<uint64_t>(s);
         sets.push_back(make_probe_inputs(job.problem, p));
-        experts += touched_experts(job.problem, sets.back(), tokens) / 4.0;
+        experts += touched_experts(job.problem, sets.back(), tokens) / kInputSets;
       }
       const double us = runner->time(standard, sets, tokens, job.timing_replays);
-      MoeWeights shape_only;  // bytes per expert from the shape alone
-      shape_only.hidden = job.problem.hidden;
-      shape_only.inter = job.problem.inter;
-      const double floor_us =
-          bandwidth > 0 ? experts * static_cast<double>(shape_only.bytes_per_expert()) / (bandwidth * 1e3) : 0.0;
+      const double floor_us = bandwidth > 0 ? experts * bytes_per_expert / (bandwidth * 1e3) : 0.0;
       timings.push_back({{"tokens", tokens}, {"microseconds", us}, {"floor_microseconds", floor_us}});
     }
     emit("TIMING " + timings.dump());

@@ -47,14 +47,7 @@ bool have_gpu(DeviceInfo* device, std::string* why) {
   }
 
 MoeProblem small_problem(RoutingMethod method) {
-  MoeProblem p;
-  p.hidden = 256;
-  p.inter = 128;
-  p.num_experts = 16;
-  p.top_k = 4;
-  p.routing.method = method;
-  p.routing.num_experts = 16;
-  p.routing.top_k = 4;
+  MoeProblem p = make_moe_problem(256, 128, 16, 4, ActivationMode::kW4A16, method);
   if (method == RoutingMethod::kSigmoidGroupedTopk) {
     p.routing.n_group = 4;
     p.routing.topk_group = 2;

@@ -25,14 +25,7 @@ namespace fp4moe {
 namespace {
 
 MoeProblem tiny_problem(ActivationMode mode, int64_t hidden = 128, int64_t inter = 64) {
-  MoeProblem p;
-  p.hidden = hidden;
-  p.inter = inter;
-  p.num_experts = 8;
-  p.top_k = 2;
-  p.routing.num_experts = 8;
-  p.routing.top_k = 2;
-  p.activation_mode = mode;
+  MoeProblem p = make_moe_problem(hidden, inter, 8, 2, mode);
   p.validate();
   return p;
 }

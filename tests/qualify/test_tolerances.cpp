@@ -20,19 +20,6 @@
 namespace fp4moe {
 namespace {
 
-MoeProblem make_problem(int64_t H, int64_t I, int64_t E, int64_t K, ActivationMode mode) {
-  MoeProblem p;
-  p.hidden = H;
-  p.inter = I;
-  p.num_experts = E;
-  p.top_k = K;
-  p.routing.method = RoutingMethod::kSoftmaxTopkRenorm;
-  p.routing.num_experts = static_cast<int>(E);
-  p.routing.top_k = static_cast<int>(K);
-  p.activation_mode = mode;
-  return p;
-}
-
 // The layer as a kernel that reads w13 as [up; gate] would compute it.
 MoeWeights swap_gate_up(const MoeWeights& w) {
   MoeWeights s = w;
@@ -62,7 +49,7 @@ struct Case {
 };
 
 Case make_case(int64_t H, int64_t I, int64_t E, int64_t K, int64_t T, ActivationMode mode, uint64_t seed) {
-  Case c{make_problem(H, I, E, K, mode), synthetic_moe_weights(E, H, I, seed), synthetic_activations(T, H, seed + 1),
+  Case c{make_moe_problem(H, I, E, K, mode), synthetic_moe_weights(E, H, I, seed), synthetic_activations(T, H, seed + 1),
          std::vector<float>(static_cast<size_t>(T * E)), T};
   Rng rng(seed + 2);
   for (float& v : c.logits) v = static_cast<float>(rng.normal());

@@ -26,19 +26,6 @@
 namespace fp4moe {
 namespace {
 
-MoeProblem make_problem(int64_t H, int64_t I, int64_t E, int64_t K, ActivationMode mode) {
-  MoeProblem p;
-  p.hidden = H;
-  p.inter = I;
-  p.num_experts = E;
-  p.top_k = K;
-  p.routing.method = RoutingMethod::kSoftmaxTopkRenorm;
-  p.routing.num_experts = static_cast<int>(E);
-  p.routing.top_k = static_cast<int>(K);
-  p.activation_mode = mode;
-  return p;
-}
-
 struct Routing {
   std::vector<int32_t> ids;
   std::vector<float> weights;
@@ -143,7 +130,7 @@ TEST(MoeReference, HandComputedUniformWeights) {
   // Expert 1: gate -1.0 (code 0xA) x 1 -> g = -1; up 6.0 (code 7) x 0.5 -> u = 3;
   //           down 0.5 x 0.25 -> o = 64 * 0.125 * bf16(silu(-1) * 3).
   const int64_t H = 64, I = 64;
-  MoeProblem p = make_problem(H, I, 2, 2, ActivationMode::kW4A16);
+  MoeProblem p = make_moe_problem(H, I, 2, 2, ActivationMode::kW4A16);
   MoeWeights w;
   w.allocate(2, H, I);
   fill_uniform(w, 0, 0, 0x2);
@@ -184,7 +171,7 @@ TEST(MoeReference, MatchesIndependentDoubleLoopW4A16AndW4A4) {
   const Routing r = random_routing(T, E, K, 7);
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
     SCOPED_TRACE(to_string(mode));
-    const MoeProblem p = make_problem(H, I, E, K, mode);
+    const MoeProblem p = make_moe_problem(H, I, E, K, mode);
     const std::vector<float> ref = run_routed(p, w, hidden, T, r);
     const std::vector<float> naive = naive_moe(p, w, hidden, T, r);
     int64_t nonzero = 0;
@@ -195,8 +182,8 @@ TEST(MoeReference, MatchesIndependentDoubleLoopW4A16AndW4A4) {
     EXPECT_GT(nonzero, static_cast<int64_t>(ref.size()) * 9 / 10);
   }
   // W4A4 really differs from W4A16 (the activations are quantized).
-  EXPECT_NE(run_routed(make_problem(H, I, E, K, ActivationMode::kW4A4), w, hidden, T, r),
-            run_routed(make_problem(H, I, E, K, ActivationMode::kW4A16), w, hidden, T, r));
+  EXPECT_NE(run_routed(make_moe_problem(H, I, E, K, ActivationMode::kW4A4), w, hidden, T, r),
+            run_routed(make_moe_problem(H, I, E, K, ActivationMode::kW4A16), w, hidden, T, r));
 }
 
 TEST(MoeReference, SameBitsForEveryThreadCount) {
@@ -206,7 +193,7 @@ TEST(MoeReference, SameBitsForEveryThreadCount) {
   Routing r = random_routing(T, E, K, 11);
   for (int64_t t = 0; t < 6; ++t) r.ids[t * K] = 3;  // a crowded expert, uneven work
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
-    const MoeProblem p = make_problem(H, I, E, K, mode);
+    const MoeProblem p = make_moe_problem(H, I, E, K, mode);
     MoeReferenceOptions one;
     one.num_threads = 1;
     const std::vector<float> base = run_routed(p, w, hidden, T, r, one);
@@ -230,7 +217,7 @@ TEST(MoeReference, SameBitsForEveryThreadCount) {
 TEST(MoeReference, ZeroTokensAndEmptyExpertsAreFine) {
   const int64_t H = 64, I = 64, E = 4, K = 2;
   const MoeWeights w = synthetic_moe_weights(E, H, I, 24);
-  const MoeProblem p = make_problem(H, I, E, K, ActivationMode::kW4A16);
+  const MoeProblem p = make_moe_problem(H, I, E, K, ActivationMode::kW4A16);
   std::vector<float> none;
   EXPECT_NO_THROW(moe_reference_routed(p, w, none, 0, {}, {}, none));
   // Every token on the last expert, twice (duplicate slots add up): experts 0..2 stay empty.
@@ -250,7 +237,7 @@ TEST(MoeReference, TokenRowsGiveTheSameRowsAndLeaveOthersUntouched) {
   std::vector<float> logits(static_cast<size_t>(T * E));
   Rng rng(14);
   for (float& v : logits) v = static_cast<float>(rng.normal());
-  const MoeProblem p = make_problem(H, I, E, K, ActivationMode::kW4A4);
+  const MoeProblem p = make_moe_problem(H, I, E, K, ActivationMode::kW4A4);
   std::vector<float> full(static_cast<size_t>(T * H));
   moe_reference(p, w, hidden, logits, nullptr, T, full);
   MoeReferenceOptions o;
@@ -272,7 +259,7 @@ TEST(MoeReference, WholeLayerIsRoutingThenRoutedMoe) {
   std::vector<float> logits(static_cast<size_t>(T * E));
   Rng rng(17);
   for (float& v : logits) v = static_cast<float>(rng.normal());
-  MoeProblem p = make_problem(H, I, E, K, ActivationMode::kW4A16);
+  MoeProblem p = make_moe_problem(H, I, E, K, ActivationMode::kW4A16);
   p.routing.method = RoutingMethod::kSigmoidGroupedTopk;
   p.routing.n_group = 4;
   p.routing.topk_group = 2;
@@ -290,7 +277,7 @@ TEST(MoeReference, BadInputsAreErrors) {
   const int64_t H = 64, I = 64, E = 4, K = 2, T = 3;
   const MoeWeights w = synthetic_moe_weights(E, H, I, 18);
   const std::vector<float> hidden = synthetic_activations(T, H, 19);
-  const MoeProblem p = make_problem(H, I, E, K, ActivationMode::kW4A4);
+  const MoeProblem p = make_moe_problem(H, I, E, K, ActivationMode::kW4A4);
   const Routing good = random_routing(T, E, K, 20);
   std::vector<float> out(static_cast<size_t>(T * H));
   auto expect_error = [&](const std::string& needle, const MoeProblem& pp, const MoeWeights& ww,
@@ -320,7 +307,7 @@ TEST(MoeReference, BadInputsAreErrors) {
   r.ids.pop_back();
   expect_error("topk_ids has", p, w, hidden, r, out);
   expect_error("hidden states have", p, w, std::vector<float>(hidden.begin(), hidden.end() - 1), good, out);
-  const MoeProblem wrong_shape = make_problem(128, I, E, K, ActivationMode::kW4A4);
+  const MoeProblem wrong_shape = make_moe_problem(128, I, E, K, ActivationMode::kW4A4);
   std::vector<float> wide_hidden(static_cast<size_t>(T * 128), 0.5f), wide_out(static_cast<size_t>(T * 128));
   expect_error("weights are", wrong_shape, w, wide_hidden, good, wide_out);
   MoeWeights bad_scale = w;
@@ -448,7 +435,7 @@ TEST(MoeReferenceSpeed, DISABLED_Qwen35_397B_64Tokens) {
   for (float& v : logits) v = static_cast<float>(rng.normal());
   std::vector<float> out(static_cast<size_t>(T * H));
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
-    const MoeProblem p = make_problem(H, I, E, K, mode);
+    const MoeProblem p = make_moe_problem(H, I, E, K, mode);
     const auto start = std::chrono::steady_clock::now();
     const std::clock_t cpu_start = std::clock();
     moe_reference(p, w, hidden, logits, nullptr, T, out);
@@ -468,7 +455,7 @@ TEST(MoeReferenceSpeed, PerExpert397BShape8Experts) {
   const MoeWeights w = synthetic_moe_weights(E, H, I, 4);
   const std::vector<float> hidden = synthetic_activations(T, H, 5);
   const Routing r = random_routing(T, E, K, 6);
-  const MoeProblem p = make_problem(H, I, E, K, ActivationMode::kW4A16);
+  const MoeProblem p = make_moe_problem(H, I, E, K, ActivationMode::kW4A16);
   const auto start = std::chrono::steady_clock::now();
   const std::vector<float> out = run_routed(p, w, hidden, T, r);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

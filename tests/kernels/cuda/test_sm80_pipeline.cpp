@@ -168,10 +168,7 @@ TEST(CudaSm80Pipeline, DeepSeekV3Shaped) {
 
 // A small Qwen3-like problem for the adversarial, graph and determinism cases.
 MoeProblem small_problem(ActivationMode mode) {
-  MoeProblem p;
-  p.hidden = 1024, p.inter = 256, p.num_experts = 64, p.top_k = 8;
-  p.routing.method = RoutingMethod::kSoftmaxTopkRenorm, p.routing.num_experts = 64, p.routing.top_k = 8;
-  p.activation_mode = mode;
+  MoeProblem p = make_moe_problem(1024, 256, 64, 8, mode);
   p.validate();
   return p;
 }
