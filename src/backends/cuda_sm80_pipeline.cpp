@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend_checks.h"
 #include "common/error.h"
 #include "common/parallel.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -22,22 +23,6 @@ constexpr std::string_view kId = "cuda.sm80.pipeline.v1";
 constexpr int kSmallestTileM = 16;
 
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-// Why the backend cannot run `problem` (empty when it can); shared by supports() and prepare().
-std::string unsupported_reason(const MoeProblem& problem) {
-  try {
-    problem.validate();
-  } catch (const Error& e) {
-    return std::string("invalid problem: ") + e.what();
-  }
-  if (problem.hidden % 128 != 0) return "hidden size " + std::to_string(problem.hidden) + " is not a multiple of 128";
-  if (problem.inter % 128 != 0) return "expert intermediate size " + std::to_string(problem.inter) + " is not a multiple of 128";
-  if (problem.num_experts > 1024) return "more than 1024 experts (" + std::to_string(problem.num_experts) + ")";
-  if (problem.top_k > 32) return "top_k above 32 (" + std::to_string(problem.top_k) + ")";
-  if (problem.routing.method == RoutingMethod::kSigmoidGroupedTopk && problem.routing.n_group > 32)
-    return "more than 32 expert groups (" + std::to_string(problem.routing.n_group) + ")";
-  return {};
-}
 
 class PreparedSm80Pipeline final : public PreparedMoe {
  public:
@@ -158,7 +143,7 @@ class CudaSm80PipelineBackend final : public MoeBackend {
   Support supports(const MoeProblem& problem, const DeviceInfo& device) const override {
     if (device.sm() < 80)
       return Support::no("needs SM80 or later (mma.sync bf16, cp.async); device is SM" + std::to_string(device.sm()));
-    const std::string why = unsupported_reason(problem);
+    const std::string why = cuda_moe_shape_unsupported_reason(problem);
     return why.empty() ? Support::yes() : Support::no(why);
   }
 
@@ -166,15 +151,7 @@ class CudaSm80PipelineBackend final : public MoeBackend {
                                        const DeviceInfo& device) const override {
     const Support support = supports(problem, device);
     FP4MOE_CHECK(support.ok, "cuda.sm80.pipeline: ", support.reason);
-    weights.validate();
-    FP4MOE_CHECK(weights.num_experts == problem.num_experts && weights.hidden == problem.hidden &&
-                     weights.inter == problem.inter,
-                 "cuda.sm80.pipeline: weights are [E=", weights.num_experts, ", H=", weights.hidden, ", I=",
-                 weights.inter, "] but the problem is ", problem.describe());
-    FP4MOE_CHECK(max_tokens >= 1, "cuda.sm80.pipeline: max_tokens must be >= 1, got ", max_tokens);
-    FP4MOE_CHECK(problem.activation_mode != ActivationMode::kW4A4 || weights.has_input_scales(),
-                 "cuda.sm80.pipeline: W4A4 needs every expert's static activation scales (input_scale); these "
-                 "weights have none (a W4A16_NVFP4 checkpoint): run it as W4A16");
+    check_prepare_arguments(kId, problem, weights, max_tokens);
     return std::make_unique<PreparedSm80Pipeline>(problem, weights, max_tokens, device);
   }
 };

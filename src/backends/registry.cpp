@@ -11,12 +11,20 @@ namespace fp4moe {
 // (added by the backends as they land)
 std::unique_ptr<MoeBackend> make_cublas_bf16_baseline_backend();  // backends/cublas_bf16_baseline.h
 std::unique_ptr<MoeBackend> make_cuda_sm80_pipeline_backend();     // backends/cuda_sm80_pipeline.h
+std::unique_ptr<MoeBackend> make_cuda_sm80_fused_decode_backend();  // backends/cuda_sm80_fused_decode.h
+#ifdef FP4MOE_HAVE_SM90A
+std::unique_ptr<MoeBackend> make_cuda_sm90_prefill_backend();      // backends/cuda_sm90_prefill.h
+#endif
 #endif
 
 std::vector<std::unique_ptr<MoeBackend>> all_moe_backends() {
   std::vector<std::unique_ptr<MoeBackend>> backends;
 #ifdef FP4MOE_WITH_CUDA
   backends.push_back(make_cuda_sm80_pipeline_backend());
+  backends.push_back(make_cuda_sm80_fused_decode_backend());
+#ifdef FP4MOE_HAVE_SM90A
+  backends.push_back(make_cuda_sm90_prefill_backend());
+#endif
 #endif
   return backends;
 }

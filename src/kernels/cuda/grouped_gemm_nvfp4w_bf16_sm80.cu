@@ -22,10 +22,21 @@
 #include "common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"
+#include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/nvfp4_device.cuh"
 
 namespace fp4moe {
 namespace {
+
+using sm80::bf16x2_mul;
+using sm80::cp_async16;
+using sm80::cp_async_commit;
+using sm80::cp_async_wait;
+using sm80::mma_bf16;
+using sm80::nibble_pair;
+using sm80::nvfp4_qdq_h_quad_blocks;
+using sm80::scale_lut_entry;
+using sm80::smem_addr;
 
 struct TileConfig {
   int bm, bn, warps_m, warps_n, stages;
@@ -72,54 +83,16 @@ struct Params {
   int64_t partial_rows;
 };
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
 __device__ __forceinline__ uint32_t ldg_u32(const void* p) {
   uint32_t v;
   asm volatile("ld.global.nc.b32 %0, [%1];\n" : "=r"(v) : "l"(p));
   return v;
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// Nibble pair P of a layout word as bf16x2 bits (value = e2m1 * 2^-126 in each half): magnitude bits of
-// nibbles P and P+4 to [8:6] / [24:22], sign bits to 15 / 31. Two funnel-free shifts and one LOP3.
-template <int P>
-__device__ __forceinline__ uint32_t nibble_pair(uint32_t word) {
-  constexpr int kMag = 6 - 4 * P, kSign = 12 - 4 * P;
-  const uint32_t mag = kMag >= 0 ? word << (kMag >= 0 ? kMag : 0) : word >> (kMag < 0 ? -kMag : 0);
-  const uint32_t sign = word << kSign;  // kSign >= 0 for P <= 3
-  return (mag & 0x01C001C0u) | (sign & 0x80008000u);
-}
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
-  return *reinterpret_cast<uint32_t*>(&r);
-}
-// E4M3 code -> bf16x2(scale * 2^117); exact for all codes (scale * 2^117 is in [2^108, 2^126)).
-__device__ __forceinline__ uint32_t scale_lut_entry(uint32_t code) {
-  const __nv_bfloat16 v = __float2bfloat16_rn(e4m3_to_float(code) * 0x1p117f);
-  const uint32_t bits = *reinterpret_cast<const uint16_t*>(&v);
-  return bits | (bits << 16);
-}
-
 template <int CFG, GemmEpilogue EPI>
 __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n * 32, kConfigs[CFG].min_blocks)
     grouped_gemm_kernel(Params p) {
@@ -302,25 +275,7 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           h[q][i] = swiglu_fp32(__fmul_rn(acc[mt][2 * q][i], fg), __fmul_rn(acc[mt][2 * q + 1][i], fu));
-      if constexpr (EPI == GemmEpilogue::kSwigluNvfp4) {
-        // A 16-column NVFP4 block of h = tile pairs (q, q+1), q even; its row is spread over a lane quad.
-#pragma unroll
-        for (int q = 0; q < NT / 2; q += 2) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            float amax = fmaxf(fmaxf(fabsf(h[q][2 * half]), fabsf(h[q][2 * half + 1])),
-                               fmaxf(fabsf(h[q + 1][2 * half]), fabsf(h[q + 1][2 * half + 1])));
-            amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-            amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
-            const float bs = nvfp4_block_scale(amax, quant_scale);
-#pragma unroll
-            for (int d = 0; d < 2; ++d)
-#pragma unroll
-              for (int i = 0; i < 2; ++i)
-                h[q + d][2 * half + i] = nvfp4_qdq_value(h[q + d][2 * half + i], amax, bs, quant_scale);
-          }
-        }
-      }
+      if constexpr (EPI == GemmEpilogue::kSwigluNvfp4) nvfp4_qdq_h_quad_blocks(h, quant_scale);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = wm * WARP_M + mt * 16 + g + 8 * half;

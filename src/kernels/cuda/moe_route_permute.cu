@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/moe_route_device.cuh"
 #include "kernels/cuda/moe_route_permute.h"
 #include "kernels/cuda/nvfp4_device.cuh"
 
@@ -25,167 +26,20 @@ namespace fp4moe {
 namespace {
 
 constexpr int kRouteWarpsPerBlock = 4;
-constexpr int kMaxExperts = 1024;
-constexpr int kMaxTopK = 32;
+constexpr int kMaxExperts = route_device::kMaxExperts;
+constexpr int kMaxTopK = route_device::kMaxTopK;
 constexpr int kAlignWarps = 16;
 
-struct RouteParams {
-  const float* logits;
-  const float* bias;
-  int32_t* ids;
-  float* weights;
-  int64_t tokens;
-  int num_experts;
-  int top_k;
-  int method;  // RoutingMethod
-  int n_group;
-  int topk_group;
-  float scaling;
-  bool renormalize;
-};
-
-// Candidate (score, index) is better than (best, best_index): higher score, ties to the lower index.
-// An index of -1 is "none yet", beaten by anything (so NaN scores still yield a valid expert).
-__device__ __forceinline__ bool better(float score, int index, float best, int best_index) {
-  if (index < 0) return false;
-  if (best_index < 0) return true;
-  return score > best || (score == best && index < best_index);
-}
-
-__device__ __forceinline__ void warp_argmax(float& score, int& index) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float other_score = __shfl_xor_sync(0xFFFFFFFFu, score, offset);
-    const int other_index = __shfl_xor_sync(0xFFFFFFFFu, index, offset);
-    if (better(other_score, other_index, score, index)) {
-      score = other_score;
-      index = other_index;
-    }
-  }
-}
-
-__device__ __forceinline__ double warp_sum(double value) {
-  // Fixed butterfly order: deterministic.
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xFFFFFFFFu, value, offset);
-  return value;
-}
+using route_device::RouteParams;
+using route_device::route_token_warp;
 
 __global__ void route_kernel(RouteParams p) {
   extern __shared__ float route_smem[];  // [warps][2 * E]: selection score, then value (sigmoid / logit)
   const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
   const int64_t token = static_cast<int64_t>(blockIdx.x) * kRouteWarpsPerBlock + warp;
   if (token >= p.tokens) return;
-  const int E = p.num_experts;
-  float* score = route_smem + static_cast<size_t>(warp) * 2 * E;
-  float* value = score + E;
-  const float* row = p.logits + token * E;
-  const bool sigmoid = p.method == static_cast<int>(RoutingMethod::kSigmoidGroupedTopk);
-  for (int e = lane; e < E; e += 32) {
-    const float l = row[e];
-    if (sigmoid) {
-      // Sigmoid in double, rounded once (as route_reference): identical selection scores.
-      const float s = static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(l))));
-      value[e] = s;
-      score[e] = __fadd_rn(s, p.bias ? p.bias[e] : 0.0f);
-    } else {
-      value[e] = l;
-      score[e] = l;
-    }
-  }
-  __syncwarp();
-
-  // Group restriction (sigmoid_grouped_topk): keep the topk_group groups with the largest sum of their
-  // top-2 selection scores; experts of other groups are excluded (mask in `allowed`, lane-strided bits).
-  uint32_t excluded = 0;  // bit j: expert lane + 32 j is out of the selection
-  if (sigmoid && p.n_group > 1) {
-    const int group_size = E / p.n_group;
-    float group_score = 0.0f;
-    int group_index = -1;
-    if (lane < p.n_group) {
-      float top1 = 0.0f, top2 = 0.0f;
-      int i1 = -1, i2 = -1;
-      for (int e = lane * group_size; e < (lane + 1) * group_size; ++e) {
-        const float s = score[e];
-        if (better(s, e, top1, i1)) {
-          top2 = top1, i2 = i1;
-          top1 = s, i1 = e;
-        } else if (better(s, e, top2, i2)) {
-          top2 = s, i2 = e;
-        }
-      }
-      group_score = i2 >= 0 ? __fadd_rn(top1, top2) : top1;
-      group_index = lane;
-    }
-    uint32_t kept_groups = 0;
-    for (int round = 0; round < p.topk_group; ++round) {
-      float best = group_score;
-      int best_index = (kept_groups >> lane) & 1u ? -1 : group_index;
-      warp_argmax(best, best_index);
-      if (best_index >= 0) kept_groups |= 1u << best_index;
-    }
-    for (int j = 0; lane + 32 * j < E; ++j) {
-      const int group = (lane + 32 * j) / group_size;
-      if (!((kept_groups >> group) & 1u)) excluded |= 1u << j;
-    }
-  }
-
-  // Top-k: K rounds of warp argmax over the lane-strided experts.
-  int my_id = -1;  // lane k < K keeps slot k
-  float my_value = 0.0f;
-  float first_value = 0.0f;
-  for (int k = 0; k < p.top_k; ++k) {
-    float best = 0.0f;
-    int best_index = -1;
-    for (int j = 0; lane + 32 * j < E; ++j) {
-      const int e = lane + 32 * j;
-      if (!((excluded >> j) & 1u) && better(score[e], e, best, best_index)) {
-        best = score[e];
-        best_index = e;
-      }
-    }
-    warp_argmax(best, best_index);
-    if (best_index >= 0 && (best_index % 32) == lane) excluded |= 1u << (best_index / 32);
-    const float v = best_index >= 0 ? value[best_index] : 0.0f;
-    if (k == 0) first_value = v;
-    if (lane == k) {
-      my_id = best_index;
-      my_value = v;
-    }
-  }
-
-  // Weights, in double and rounded once to fp32, as route_reference computes them.
-  float w = 0.0f;
-  const bool mine = lane < p.top_k;
-  switch (static_cast<RoutingMethod>(p.method)) {
-    case RoutingMethod::kSoftmaxTopk: {
-      // The maximum over all logits is the top-1 logit (selection is on the logits).
-      double partial = 0.0;
-      for (int e = lane; e < E; e += 32) partial += exp(static_cast<double>(value[e]) - first_value);
-      const double total = warp_sum(partial);
-      w = mine ? static_cast<float>(exp(static_cast<double>(my_value) - first_value) / total) : 0.0f;
-      break;
-    }
-    case RoutingMethod::kSoftmaxTopkRenorm:
-    case RoutingMethod::kTopkSoftmax: {  // equal in exact arithmetic: the softmax over the selected k
-      const double ex = mine ? exp(static_cast<double>(my_value) - first_value) : 0.0;
-      const double total = warp_sum(ex);
-      w = mine ? static_cast<float>(ex / total) : 0.0f;
-      break;
-    }
-    case RoutingMethod::kSigmoidGroupedTopk: {
-      const double s = mine ? static_cast<double>(my_value) : 0.0;
-      const double total = warp_sum(s);
-      const double factor = p.scaling;
-      w = mine ? static_cast<float>(p.renormalize ? s / (total + 1e-20) * factor : s * factor) : 0.0f;
-      break;
-    }
-  }
-  if (mine) {
-    p.ids[token * p.top_k + lane] = my_id;
-    p.weights[token * p.top_k + lane] = w;
-  }
+  float* score = route_smem + static_cast<size_t>(warp) * 2 * p.num_experts;
+  route_token_warp(p, token, score, score + p.num_experts, p.ids + token * p.top_k, p.weights + token * p.top_k);
 }
 
 struct AlignParams {
@@ -441,23 +295,28 @@ MoeRouteBuffers carve_moe_route_workspace(void* workspace, int64_t max_tokens, i
   return b;
 }
 
-void launch_moe_route(const RoutingConfig& config, const float* router_logits, const float* correction_bias,
-                      int64_t tokens, int32_t* topk_ids, float* topk_weights, cudaStream_t stream) {
+void check_cuda_routing_config(const RoutingConfig& config) {
   const int E = config.num_experts, K = config.top_k;
-  FP4MOE_CHECK(E >= 1 && E <= kMaxExperts, "launch_moe_route: num_experts must be in [1, ", kMaxExperts, "], got ", E);
-  FP4MOE_CHECK(K >= 1 && K <= kMaxTopK && K <= E, "launch_moe_route: top_k must be in [1, min(32, E)], got ", K);
+  FP4MOE_CHECK(E >= 1 && E <= kMaxExperts, "CUDA routing: num_experts must be in [1, ", kMaxExperts, "], got ", E);
+  FP4MOE_CHECK(K >= 1 && K <= kMaxTopK && K <= E, "CUDA routing: top_k must be in [1, min(32, E)], got ", K);
   if (config.method == RoutingMethod::kSigmoidGroupedTopk) {
     FP4MOE_CHECK(config.n_group >= 1 && config.n_group <= 32 && E % config.n_group == 0,
-                 "launch_moe_route: n_group must divide E and be <= 32, got ", config.n_group);
+                 "CUDA routing: n_group must divide E and be <= 32, got ", config.n_group);
     FP4MOE_CHECK(config.topk_group >= 1 && config.topk_group <= config.n_group,
-                 "launch_moe_route: topk_group must be in [1, n_group], got ", config.topk_group);
+                 "CUDA routing: topk_group must be in [1, n_group], got ", config.topk_group);
     FP4MOE_CHECK(config.topk_group * (E / config.n_group) >= K,
-                 "launch_moe_route: the kept groups hold fewer experts than top_k");
+                 "CUDA routing: the kept groups hold fewer experts than top_k");
   }
+}
+
+void launch_moe_route(const RoutingConfig& config, const float* router_logits, const float* correction_bias,
+                      int64_t tokens, int32_t* topk_ids, float* topk_weights, cudaStream_t stream) {
+  check_cuda_routing_config(config);
   FP4MOE_CHECK(tokens >= 0, "launch_moe_route: negative token count ", tokens);
   if (tokens == 0) return;
-  RouteParams p{router_logits, correction_bias, topk_ids, topk_weights, tokens, E, K, static_cast<int>(config.method),
-                config.n_group, config.topk_group, config.routed_scaling_factor, config.renormalize};
+  const int E = config.num_experts;
+  const RouteParams p = route_device::make_route_params(config, router_logits, correction_bias, tokens, topk_ids,
+                                                        topk_weights);
   const size_t smem = static_cast<size_t>(kRouteWarpsPerBlock) * 2 * E * sizeof(float);
   const unsigned blocks = static_cast<unsigned>((tokens + kRouteWarpsPerBlock - 1) / kRouteWarpsPerBlock);
   route_kernel<<<blocks, kRouteWarpsPerBlock * 32, smem, stream>>>(p);

@@ -51,6 +51,9 @@ MoeRouteBuffers carve_moe_route_workspace(void* workspace, int64_t max_tokens, i
 // scores (raw logits for the softmax methods; sigmoid + correction_bias for sigmoid_grouped_topk),
 // ties to the lower expert index, slots in descending selection score; weights computed in double and
 // rounded once to fp32, the steps of route_reference (kernels/cpu/routing_reference.cpp). correction_bias may be null (zeros). Requires K <= 32 and E <= 1024.
+// Throws Error unless the CUDA routing supports `config` (E <= 1024, K <= 32, group settings valid).
+void check_cuda_routing_config(const RoutingConfig& config);
+
 void launch_moe_route(const RoutingConfig& config, const float* router_logits, const float* correction_bias,
                       int64_t tokens, int32_t* topk_ids, float* topk_weights, cudaStream_t stream);
 

@@ -1,4 +1,5 @@
-// cuda.sm80.pipeline.v1 end to end against the CPU reference (moe_reference): model shapes
+// Every CUDA MoE backend end to end against the CPU reference (moe_reference), one suite
+// parameterized by backend id (kBackendsUnderTest): model shapes
 // (qwen3.5-397b-a17b, qwen3-30b-a3b, a DeepSeek-V3-shaped sigmoid-grouped problem), token counts 1..4096
 // (sampled rows for large T), seeds, W4A16 and W4A4, adversarial routing from crafted logits, E4M3
 // extreme block scales, CUDA-graph replay == eager, run-to-run bit identity, and a tiny case for
@@ -20,13 +21,20 @@
 namespace fp4moe {
 namespace {
 
-constexpr const char* kBackendId = "cuda.sm80.pipeline.v1";
+// The backends under test; a backend that does not support the device (e.g. sm_90a code on another GPU)
+// skips with its reason.
+const char* const kBackendsUnderTest[] = {"cuda.sm80.pipeline.v1", "cuda.sm80.fused_decode.v1",
+#ifdef FP4MOE_HAVE_SM90A
+                                          "cuda.sm90.prefill.v1",  // registered only in builds with sm_90a
+#endif
+};
 
 class Runner {
  public:
-  Runner(const MoeProblem& problem, const MoeWeights& weights, int64_t max_tokens, const DeviceInfo& device)
+  Runner(const std::string& backend_id, const MoeProblem& problem, const MoeWeights& weights, int64_t max_tokens,
+         const DeviceInfo& device)
       : problem_(problem) {
-    backend_ = find_moe_backend(kBackendId);
+    backend_ = find_moe_backend(backend_id);
     const Support s = backend_->supports(problem, device);
     EXPECT_TRUE(s.ok) << s.reason;
     prepared_ = backend_->prepare(problem, weights, max_tokens, device);
@@ -117,13 +125,13 @@ MoeProblem with_mode(MoeProblem p, ActivationMode mode) {
   return p;
 }
 
-void sweep_model(const MoeProblem& base, const MoeWeights& weights, const DeviceInfo& device,
+void sweep_model(const std::string& backend_id, const MoeProblem& base, const MoeWeights& weights, const DeviceInfo& device,
                  const std::vector<int64_t>& token_counts, const std::vector<uint64_t>& seeds, int64_t multi_seed_max_t,
                  const std::string& name) {
   const bool grouped = base.routing.method == RoutingMethod::kSigmoidGroupedTopk;
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
     const MoeProblem problem = with_mode(base, mode);
-    Runner runner(problem, weights, token_counts.back(), device);
+    Runner runner(backend_id, problem, weights, token_counts.back(), device);
     for (int64_t T : token_counts) {
       for (uint64_t seed : seeds) {
         if (seed != seeds.front() && T > multi_seed_max_t) continue;
@@ -140,30 +148,52 @@ void sweep_model(const MoeProblem& base, const MoeWeights& weights, const Device
 
 const std::vector<int64_t> kTokenCounts = {1, 3, 16, 64, 257, 1024, 4096};
 
-TEST(CudaSm80Pipeline, Qwen35_397B) {
-  FP4MOE_REQUIRE_SM80(device);
+class MoeBackendSuite : public ::testing::TestWithParam<const char*> {
+ protected:
+  // The device, or a skip: no SM80+ GPU, or the backend does not support this device.
+  const DeviceInfo* device_or_skip(std::string& why) {
+    const DeviceInfo* device = test::sm80_device(why);
+    if (!device) return nullptr;
+    const MoeProblem tiny = moe_problem_for(model_preset("tiny"), ActivationMode::kW4A16);
+    const Support s = find_moe_backend(GetParam())->supports(tiny, *device);
+    if (!s.ok) {
+      why = std::string(GetParam()) + " does not run here: " + s.reason;
+      return nullptr;
+    }
+    FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
+    return device;
+  }
+};
+
+#define FP4MOE_REQUIRE_BACKEND_DEVICE(device_var)                 \
+  std::string fp4moe_why_;                                        \
+  const ::fp4moe::DeviceInfo* device_var = device_or_skip(fp4moe_why_); \
+  if (!device_var) GTEST_SKIP() << fp4moe_why_
+
+TEST_P(MoeBackendSuite, Qwen35_397B) {
+  FP4MOE_REQUIRE_BACKEND_DEVICE(device);
   const MoeProblem problem = moe_problem_for(model_preset("qwen3.5-397b-a17b"), ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 397);
-  sweep_model(problem, weights, *device, kTokenCounts, {1, 2}, 64, "qwen3.5-397b");
+  sweep_model(GetParam(), problem, weights, *device, kTokenCounts, {1, 2}, 64, "qwen3.5-397b");
 }
 
-TEST(CudaSm80Pipeline, Qwen3_30B) {
-  FP4MOE_REQUIRE_SM80(device);
+TEST_P(MoeBackendSuite, Qwen3_30B) {
+  FP4MOE_REQUIRE_BACKEND_DEVICE(device);
   const MoeProblem problem = moe_problem_for(model_preset("qwen3-30b-a3b"), ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 30);
-  sweep_model(problem, weights, *device, kTokenCounts, {1, 2, 3}, 257, "qwen3-30b");
+  sweep_model(GetParam(), problem, weights, *device, kTokenCounts, {1, 2, 3}, 257, "qwen3-30b");
 }
 
 // DeepSeek-V3 routing (256 experts, 8 groups, top-4 groups, top-8, scaling 2.5, correction bias) and
 // hidden size; the expert intermediate is cut to 128 so the synthetic weights build in seconds.
-TEST(CudaSm80Pipeline, DeepSeekV3Shaped) {
-  FP4MOE_REQUIRE_SM80(device);
+TEST_P(MoeBackendSuite, DeepSeekV3Shaped) {
+  FP4MOE_REQUIRE_BACKEND_DEVICE(device);
   ModelConfig model = model_preset("deepseek-v3");
   model.moe_inter = 128;
   const MoeProblem problem = moe_problem_for(model, ActivationMode::kW4A16);
   ASSERT_EQ(problem.routing.method, RoutingMethod::kSigmoidGroupedTopk);
   const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 3);
-  sweep_model(problem, weights, *device, kTokenCounts, {1, 2}, 64, "deepseek-v3-shaped");
+  sweep_model(GetParam(), problem, weights, *device, kTokenCounts, {1, 2}, 64, "deepseek-v3-shaped");
 }
 
 // A small Qwen3-like problem for the adversarial, graph and determinism cases.
@@ -173,14 +203,14 @@ MoeProblem small_problem(ActivationMode mode) {
   return p;
 }
 
-TEST(CudaSm80Pipeline, AdversarialRouting) {
-  FP4MOE_REQUIRE_SM80(device);
+TEST_P(MoeBackendSuite, AdversarialRouting) {
+  FP4MOE_REQUIRE_BACKEND_DEVICE(device);
   const MoeProblem base = small_problem(ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, 64);
   const int64_t E = base.num_experts;
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
     const MoeProblem problem = with_mode(base, mode);
-    Runner runner(problem, weights, 1024, *device);
+    Runner runner(GetParam(), problem, weights, 1024, *device);
     for (int64_t T : {1, 16, 257, 1024}) {
       const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 77 + T);
       struct Pattern {
@@ -207,8 +237,8 @@ TEST(CudaSm80Pipeline, AdversarialRouting) {
 // Block scales at the E4M3 extremes: experts whose blocks all use subnormal scales (0x01..0x07), all
 // 448 (0x7E), codes spread over the whole range, and untouched ones. Tensor scales are re-chosen so
 // each expert's weights stay O(1/sqrt(fan_in)): a mis-decoded subnormal scale then shows in full.
-TEST(CudaSm80Pipeline, E4m3ExtremeBlockScales) {
-  FP4MOE_REQUIRE_SM80(device);
+TEST_P(MoeBackendSuite, E4m3ExtremeBlockScales) {
+  FP4MOE_REQUIRE_BACKEND_DEVICE(device);
   MoeProblem base;
   base.hidden = 512, base.inter = 256, base.num_experts = 16, base.top_k = 4;
   base.routing.method = RoutingMethod::kSoftmaxTopkRenorm, base.routing.num_experts = 16, base.routing.top_k = 4;
@@ -238,7 +268,7 @@ TEST(CudaSm80Pipeline, E4m3ExtremeBlockScales) {
   weights.validate();
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
     const MoeProblem problem = with_mode(base, mode);
-    Runner runner(problem, weights, 64, *device);
+    Runner runner(GetParam(), problem, weights, 64, *device);
     for (int64_t T : {1, 64}) {
       const std::vector<float> hidden = synthetic_activations(T, H, 31 + T);
       const std::vector<float> logits = test::random_logits(T, base.num_experts, 32 + T);
@@ -248,13 +278,13 @@ TEST(CudaSm80Pipeline, E4m3ExtremeBlockScales) {
   }
 }
 
-TEST(CudaSm80Pipeline, GraphReplayMatchesEagerAndRunsAreBitIdentical) {
-  FP4MOE_REQUIRE_SM80(device);
+TEST_P(MoeBackendSuite, GraphReplayMatchesEagerAndRunsAreBitIdentical) {
+  FP4MOE_REQUIRE_BACKEND_DEVICE(device);
   const MoeProblem base = small_problem(ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, 9);
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
     const MoeProblem problem = with_mode(base, mode);
-    Runner runner(problem, weights, 300, *device);
+    Runner runner(GetParam(), problem, weights, 300, *device);
     for (int64_t T : {1, 3, 300}) {
       const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 1 + T);
       const std::vector<float> logits = test::random_logits(T, problem.num_experts, 2 + T);
@@ -270,32 +300,32 @@ TEST(CudaSm80Pipeline, GraphReplayMatchesEagerAndRunsAreBitIdentical) {
 }
 
 // Small enough for compute-sanitizer (memcheck, racecheck): every kernel and tile config once.
-TEST(CudaSm80Pipeline, TinySanitizerCase) {
-  FP4MOE_REQUIRE_SM80(device);
+TEST_P(MoeBackendSuite, TinySanitizerCase) {
+  FP4MOE_REQUIRE_BACKEND_DEVICE(device);
   const MoeProblem base = moe_problem_for(model_preset("tiny"), ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, 1);
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
     const MoeProblem problem = with_mode(base, mode);
-    Runner runner(problem, weights, 200, *device);
+    Runner runner(GetParam(), problem, weights, 200, *device);
     for (int64_t T : {2, 100, 200}) {  // tile_m 16, 64 and 128 for E=16, K=4
       const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 3 + T);
       const std::vector<float> logits = test::random_logits(T, problem.num_experts, 4 + T);
       check_case(runner, problem, weights, hidden, logits, nullptr, T, 1,
-                 std::string("tiny ") + std::string(to_string(mode)) + " T=" + std::to_string(T) + " tile_m=" +
-                     std::to_string(sm80_pipeline_tile_m(T, problem.top_k, problem.num_experts, true)));
+                 std::string("tiny ") + std::string(to_string(mode)) + " T=" + std::to_string(T) + " (pipeline tile_m " +
+                     std::to_string(sm80_pipeline_tile_m(T, problem.top_k, problem.num_experts, true)) + ")");
     }
   }
 }
 
 // The split-K decode path (GEMM1 K = 1024 splits 4 ways at T = 2) on a small shape, also for the sanitizer.
-TEST(CudaSm80Pipeline, TinySplitKSanitizerCase) {
-  FP4MOE_REQUIRE_SM80(device);
+TEST_P(MoeBackendSuite, TinySplitKSanitizerCase) {
+  FP4MOE_REQUIRE_BACKEND_DEVICE(device);
   MoeProblem base = small_problem(ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, 2);
   ASSERT_GT(grouped_gemm_k_splits(2 * base.inter, base.hidden, 2 * base.top_k, static_cast<int>(base.num_experts), 16), 1);
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
     const MoeProblem problem = with_mode(base, mode);
-    Runner runner(problem, weights, 8, *device);
+    Runner runner(GetParam(), problem, weights, 8, *device);
     for (int64_t T : {1, 2, 8}) {
       const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 5 + T);
       const std::vector<float> logits = test::random_logits(T, problem.num_experts, 6 + T);
@@ -305,11 +335,11 @@ TEST(CudaSm80Pipeline, TinySplitKSanitizerCase) {
   }
 }
 
-TEST(CudaSm80Pipeline, RejectsBadArguments) {
-  FP4MOE_REQUIRE_SM80(device);
+TEST_P(MoeBackendSuite, RejectsBadArguments) {
+  FP4MOE_REQUIRE_BACKEND_DEVICE(device);
   const MoeProblem problem = moe_problem_for(model_preset("tiny"), ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 1);
-  auto backend = find_moe_backend(kBackendId);
+  auto backend = find_moe_backend(GetParam());
   auto prepared = backend->prepare(problem, weights, 8, *device);
   MoeRunArgs args;
   args.tokens = 9;
@@ -320,6 +350,14 @@ TEST(CudaSm80Pipeline, RejectsBadArguments) {
   odd.inter = 96;  // not a multiple of 128
   EXPECT_FALSE(backend->supports(odd, *device).ok);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, MoeBackendSuite, ::testing::ValuesIn(kBackendsUnderTest),
+                         [](const ::testing::TestParamInfo<const char*>& param_info) {
+                           std::string name = param_info.param;
+                           for (char& c : name)
+                             if (c == '.') c = '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace fp4moe

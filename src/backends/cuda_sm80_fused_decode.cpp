@@ -1,0 +1,120 @@
+// cuda.sm80.fused_decode.v1 (see cuda_sm80_fused_decode.h): host side. prepare() validates, repacks the
+// weights (parallel over experts), uploads them and plans the persistent grids; run() only launches.
+#include "backends/cuda_sm80_fused_decode.h"
+
+#include <string>
+#include <vector>
+
+#include "backends/backend_checks.h"
+#include "common/error.h"
+#include "common/parallel.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/device_buffer.h"
+#include "kernels/cuda/moe_fused_decode_sm80.h"
+#include "kernels/cuda/nvfp4_decode_layout.h"
+#include "kernels/cuda/nvfp4_mma_layout.h"
+
+namespace fp4moe {
+namespace {
+
+constexpr std::string_view kId = "cuda.sm80.fused_decode.v1";
+
+// The kernels' shape rules plus the fused kernels' own: int16 row and slot indices in shared memory.
+std::string unsupported_reason(const MoeProblem& problem) {
+  std::string why = cuda_moe_shape_unsupported_reason(problem);
+  if (why.empty() && (problem.hidden > 32768 || problem.inter > 32768)) why = "H or I above 32768";
+  return why;
+}
+
+class PreparedFusedDecode final : public PreparedMoe {
+ public:
+  PreparedFusedDecode(const MoeProblem& problem, const MoeWeights& weights, int64_t max_tokens, const DeviceInfo& device)
+      : problem_(problem), max_tokens_(max_tokens) {
+    const int64_t E = problem.num_experts, H = problem.hidden, I = problem.inter;
+    FP4MOE_CUDA_CHECK(cudaSetDevice(device.ordinal));
+    plan_ = plan_moe_fused_decode(problem, device.multiprocessors);
+    const size_t w13_in = static_cast<size_t>(2 * I * H / 2), w13_sin = static_cast<size_t>(2 * I * H / 16);
+    const size_t w13_out = static_cast<size_t>(decode_layout_bytes(2 * I, H));
+    const size_t w2_out = static_cast<size_t>(decode_layout_bytes(H, I));
+    std::vector<uint8_t> w13(w13_out * E), w2(w2_out * E);
+    const std::vector<int64_t> interleave = gate_up_interleaved_rows(I);  // 16-row tiles = [gate 8 | up 8]
+    parallel_for(E, [&](int64_t begin, int64_t end) {
+      for (int64_t e = begin; e < end; ++e) {
+        const Nvfp4View w13_view{weights.w13_packed.data() + e * w13_in, weights.w13_scales.data() + e * w13_sin, 1.0f,
+                                 2 * I, H};
+        repack_nvfp4_for_decode(w13_view, interleave, w13.data() + e * w13_out);
+        repack_nvfp4_for_decode(weights.down(e), {}, w2.data() + e * w2_out);
+      }
+    });
+    w13_ = DeviceBuffer::from_host(w13);
+    w2_ = DeviceBuffer::from_host(w2);
+    gate_scale2_ = DeviceBuffer::from_host(weights.gate_scale2);
+    up_scale2_ = DeviceBuffer::from_host(weights.up_scale2);
+    down_scale2_ = DeviceBuffer::from_host(weights.down_scale2);
+    if (problem.activation_mode == ActivationMode::kW4A4) {
+      w13_input_scale_ = DeviceBuffer::from_host(weights.w13_input_scale);
+      w2_input_scale_ = DeviceBuffer::from_host(weights.w2_input_scale);
+    }
+    workspace_bytes_ = moe_fused_decode_workspace_bytes(problem);
+  }
+
+  size_t workspace_bytes() const override { return workspace_bytes_; }
+  int64_t max_tokens() const override { return max_tokens_; }
+
+  void run(const MoeRunArgs& args) override {
+    FP4MOE_CHECK(args.tokens >= 0 && args.tokens <= max_tokens_, "cuda.sm80.fused_decode: tokens ", args.tokens,
+                 " outside [0, max_tokens=", max_tokens_, "]");
+    if (args.tokens == 0) return;
+    FP4MOE_CHECK(args.hidden && args.router_logits && args.out && args.workspace,
+                 "cuda.sm80.fused_decode: hidden, router_logits, out and workspace must be non-null");
+    FusedDecodeWeights w;
+    w.w13 = w13_.as<uint8_t>();
+    w.w2 = w2_.as<uint8_t>();
+    w.gate_scale2 = gate_scale2_.as<float>();
+    w.up_scale2 = up_scale2_.as<float>();
+    w.down_scale2 = down_scale2_.as<float>();
+    w.w13_input_scale = w13_input_scale_.as<float>();
+    w.w2_input_scale = w2_input_scale_.as<float>();
+    FusedDecodeRun r;
+    r.hidden = args.hidden;
+    r.router_logits = args.router_logits;
+    r.correction_bias = args.correction_bias;
+    r.tokens = args.tokens;
+    r.out = args.out;
+    r.workspace = args.workspace;
+    launch_moe_fused_decode(problem_, w, plan_, r, static_cast<cudaStream_t>(args.stream));
+  }
+
+ private:
+  MoeProblem problem_;
+  int64_t max_tokens_;
+  FusedDecodePlan plan_;
+  size_t workspace_bytes_ = 0;
+  DeviceBuffer w13_, w2_, gate_scale2_, up_scale2_, down_scale2_, w13_input_scale_, w2_input_scale_;
+};
+
+class CudaSm80FusedDecodeBackend final : public MoeBackend {
+ public:
+  std::string_view id() const override { return kId; }
+
+  Support supports(const MoeProblem& problem, const DeviceInfo& device) const override {
+    if (device.sm() < 80)
+      return Support::no("needs SM80 or later (mma.sync bf16, cp.async); device is SM" + std::to_string(device.sm()));
+    const std::string why = unsupported_reason(problem);
+    return why.empty() ? Support::yes() : Support::no(why);
+  }
+
+  std::unique_ptr<PreparedMoe> prepare(const MoeProblem& problem, const MoeWeights& weights, int64_t max_tokens,
+                                       const DeviceInfo& device) const override {
+    const Support support = supports(problem, device);
+    FP4MOE_CHECK(support.ok, "cuda.sm80.fused_decode: ", support.reason);
+    check_prepare_arguments(kId, problem, weights, max_tokens);
+    return std::make_unique<PreparedFusedDecode>(problem, weights, max_tokens, device);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<MoeBackend> make_cuda_sm80_fused_decode_backend() { return std::make_unique<CudaSm80FusedDecodeBackend>(); }
+
+}  // namespace fp4moe

@@ -1,0 +1,86 @@
+// PTX wrappers and NVFP4 helpers shared by the SM80+ mma.sync kernels (the pipeline's grouped GEMM and
+// the fused decode kernels): cp.async, mma.sync m16n8k16 BF16 with fp32 accumulation, the bf16x2
+// multiply that applies block scales, and the E4M3 -> bf16x2(scale * 2^117) table entry. Why the
+// 2^117: a weight decoded as bf16 bits is e2m1 * 2^-126, so one exact bf16 multiply gives
+// e2m1 * scale * 2^-9; the fp32 epilogue multiplies 2^9 back with the tensor scale.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/nvfp4_device.cuh"
+
+namespace fp4moe {
+namespace sm80 {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte async copy global -> shared; src_bytes < 16 zero-fills the rest (0: all zeros).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes = 16) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+// E4M3 code -> bf16x2(scale * 2^117); exact for all codes (scale * 2^117 is in [2^108, 2^126)).
+__device__ __forceinline__ uint32_t scale_lut_entry(uint32_t code) {
+  const __nv_bfloat16 v = __float2bfloat16_rn(e4m3_to_float(code) * 0x1p117f);
+  const uint32_t bits = *reinterpret_cast<const uint16_t*>(&v);
+  return bits | (bits << 16);
+}
+// The factor the fp32 epilogue applies for the table's 2^-9: 2^9.
+inline constexpr float kScaleLutCompensation = 512.0f;
+
+// Nibble pair P of a word holding 8 FP4 codes (nibble P = element 2P, nibble P+4 = element 2P+1) as
+// bf16x2 bits of e2m1 * 2^-126: magnitudes to bits [8:6] / [24:22], signs to 15 / 31. Two shifts and
+// one LOP3 (the layouts of nvfp4_mma_layout.h and of the sm_90a GEMM store pairs this way).
+template <int P>
+__device__ __forceinline__ uint32_t nibble_pair(uint32_t word) {
+  constexpr int kMag = 6 - 4 * P, kSign = 12 - 4 * P;
+  const uint32_t mag = kMag >= 0 ? word << (kMag >= 0 ? kMag : 0) : word >> (kMag < 0 ? -kMag : 0);
+  return (mag & 0x01C001C0u) | ((word << kSign) & 0x80008000u);
+}
+
+// W4A4 epilogue of GEMM1 for mma accumulator layouts: h[q][i] holds h column 8q + 2t + i%2 of row
+// half i/2 (t = lane % 4), so one 16-column NVFP4 block of h is the column-tile pair (q, q + 1), q
+// even, spread over a lane quad. Each block is quantized with the static tensor scale and stored
+// dequantized without it (nvfp4_qdq_value), exactly as the CPU reference.
+template <int NQ>
+__device__ __forceinline__ void nvfp4_qdq_h_quad_blocks(float (&h)[NQ][4], float quant_scale) {
+  static_assert(NQ % 2 == 0, "16-column blocks are pairs of 8-column tiles");
+#pragma unroll
+  for (int q = 0; q < NQ; q += 2) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float amax = fmaxf(fmaxf(fabsf(h[q][2 * half]), fabsf(h[q][2 * half + 1])),
+                         fmaxf(fabsf(h[q + 1][2 * half]), fabsf(h[q + 1][2 * half + 1])));
+      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+      const float bs = nvfp4_block_scale(amax, quant_scale);
+#pragma unroll
+      for (int d = 0; d < 2; ++d)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) h[q + d][2 * half + i] = nvfp4_qdq_value(h[q + d][2 * half + i], amax, bs, quant_scale);
+    }
+  }
+}
+
+}  // namespace sm80
+}  // namespace fp4moe

@@ -1,0 +1,60 @@
+// Hopper (sm_90a) grouped GEMM over the experts of a MoE layer for prefill: out[rows of expert e] =
+// A[rows, K] (BF16 sorted rows) x W_e[N, K]^T with W_e NVFP4, TMA + wgmma, fp32 accumulation. Used by
+// cuda.sm90.prefill.v1 (backends/cuda_sm90_prefill.h); the M tiles come from launch_moe_align with
+// tile_m = kSm90TileM. Epilogues as the sm80 GEMM (GemmEpilogue): SwiGLU to BF16 (W4A4: h quantized
+// to NVFP4 with out_scale, stored dequantized), or scaled fp32 for GEMM2.
+//
+// Weight layout (repack_nvfp4_for_sm90, host, at prepare): for every (expert, 128-row N tile, 64-wide
+// K block) a 4 KB packed block [128 rows][8 chunks][4 bytes] and a 512-byte scale block [128 rows][4
+// E4M3 codes]. A chunk word holds the 8 values k = 8c..8c+7 of its row with element 2i in nibble i and
+// element 2i+1 in nibble i+4, so nibble pair p -> one bf16x2 (values 2p, 2p+1) in three integer ops.
+// Only this library's kernels are compiled for sm_90a; the declarations here are plain host code.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "format/nvfp4.h"
+#include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"  // GemmEpilogue
+#include "kernels/cuda/moe_route_permute.h"
+
+namespace fp4moe {
+
+inline constexpr int kSm90TileM = 128;  // M tile (rows of one expert per tile): two consumer warpgroups x 64
+inline constexpr int kSm90TileN = 128;  // N tile = rows of one repacked weight block
+inline constexpr int kSm90TileK = 64;   // K block (one 128-byte swizzled BF16 row)
+
+// Bytes of one repacked [N, K] matrix (same as the checkpoint: N*K/2 packed, N*K/16 scales).
+// Repacks `m` with rows in the order source_rows (all rows in order when empty). Throws Error when
+// N % 128 or K % 64 is not 0.
+void repack_nvfp4_for_sm90(const Nvfp4View& m, std::span<const int64_t> source_rows, uint8_t* packed_out,
+                           uint8_t* scales_out);
+
+struct Sm90GemmArgs {
+  const void* a = nullptr;              // [rows, k] BF16 sorted rows (16-byte aligned)
+  int64_t rows = 0;                     // T*K: rows of `a` (the TMA zero-fills past them)
+  const uint8_t* w_packed = nullptr;    // [E][N/128][K/64][4096]
+  const uint8_t* w_scales = nullptr;    // [E][N/128][K/64][512]
+  int64_t n = 0;                        // N (multiple of 128)
+  int64_t k = 0;                        // K (multiple of 64)
+  const float* scale_first = nullptr;   // [E] gate_scale2 (GEMM1) or down_scale2 (GEMM2)
+  const float* scale_second = nullptr;  // [E] up_scale2 (GEMM1)
+  const float* input_scale = nullptr;   // [E] activation tensor scale (W4A4) or null (W4A16)
+  const float* out_scale = nullptr;     // [E] w2_input_scale (kSwigluNvfp4)
+  MoeRouteBuffers route;                // M tiles of kSm90TileM rows and expert offsets (launch_moe_align)
+  int64_t max_tiles = 0;                // moe_max_tiles(T, K, E, kSm90TileM)
+  int num_sms = 0;                      // persistent grid size
+  void* out = nullptr;                  // kSwiglu*: BF16 [rows, N/2]; kScaleFp32: fp32 [rows, N]
+};
+
+// Dynamic shared memory of the kernel (the device's opt-in limit must allow it).
+size_t sm90_grouped_gemm_smem_bytes();
+// Sets the kernels' shared-memory attributes and resolves cuTensorMapEncodeTiled (once per device,
+// before capturing launches).
+void configure_sm90_grouped_gemm_kernels();
+// Launches on `stream` (no allocation, no host synchronization). kPartialFp32 is not supported.
+void launch_grouped_gemm_nvfp4w_bf16_sm90a(const Sm90GemmArgs& args, GemmEpilogue epilogue, cudaStream_t stream);
+
+}  // namespace fp4moe

@@ -1,0 +1,61 @@
+// The fused low-latency decode MoE (cuda.sm80.fused_decode.v1): two launches per chunk of at most
+// kFusedDecodeMaxTokens tokens, SM80 and later.
+//   launch 1: every CTA routes all tokens of the chunk itself (no routing launch), sorts the slots by
+//             expert, and takes (expert, 16-token group, 32-row block of W13) items: GEMM1, SwiGLU,
+//             h [slot, I] BF16 (W4A4: NVFP4-quantized with w2_input_scale). CTA 0 also writes the
+//             routing record that launch 2 reads.
+//   launch 2: one CTA per 16 output rows of H streams those rows of W2 for every touched expert, and
+//             adds weight * down_scale2 * (W2 row . h) per token in a fixed order: the combine is
+//             inside the GEMM, so the output is written once, without atomics.
+// Weights: nvfp4_decode_layout.h. Deterministic, allocation-free, no host synchronization, capturable.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/moe_problem.h"
+
+namespace fp4moe {
+
+// Tokens per launch pair; run() goes through larger batches in chunks of this many.
+inline constexpr int64_t kFusedDecodeMaxTokens = 64;
+
+struct FusedDecodeWeights {
+  const uint8_t* w13 = nullptr;  // [E][2I/16][H/128] layout blocks, rows gate/up interleaved by 8
+  const uint8_t* w2 = nullptr;   // [E][H/16][I/128] layout blocks
+  const float* gate_scale2 = nullptr;  // [E]
+  const float* up_scale2 = nullptr;    // [E]
+  const float* down_scale2 = nullptr;  // [E]
+  const float* w13_input_scale = nullptr;  // [E], W4A4 only
+  const float* w2_input_scale = nullptr;   // [E], W4A4 only
+};
+
+// Launch configuration chosen once per device (grid sizes fixed so that runs can be captured).
+struct FusedDecodePlan {
+  int gemm1_grid = 0;
+  int gemm2_grid = 0;
+  size_t gemm1_smem = 0;
+  size_t gemm2_smem = 0;
+};
+
+// Sets the kernels' shared-memory attributes on the current device and sizes the persistent grids.
+// Throws Error when the problem does not fit (E > 1024, K > 32, H or I not multiples of 128).
+FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiprocessors);
+
+// Workspace for one chunk (routing record + h), reused chunk after chunk on the same stream.
+size_t moe_fused_decode_workspace_bytes(const MoeProblem& problem);
+
+struct FusedDecodeRun {
+  const void* hidden = nullptr;            // [T, H] BF16, 16-byte aligned
+  const float* router_logits = nullptr;    // [T, E]
+  const float* correction_bias = nullptr;  // [E] or null
+  int64_t tokens = 0;
+  void* out = nullptr;                     // [T, H] BF16
+  void* workspace = nullptr;               // moe_fused_decode_workspace_bytes
+};
+
+void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights& weights, const FusedDecodePlan& plan,
+                             const FusedDecodeRun& run, cudaStream_t stream);
+
+}  // namespace fp4moe

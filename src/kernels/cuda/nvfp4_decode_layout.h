@@ -1,0 +1,61 @@
+// The weight layout of the fused decode kernels (moe_fused_decode_sm80.cu), produced once at prepare()
+// from the checkpoint's row-major NVFP4 [N, K]. Why: at decode every weight is read once and the
+// kernel is bound by instruction issue as much as by HBM, so the layout minimizes instructions per
+// weight. The weights are the A operand of mma.sync m16n8k16 (16 weight rows x up to 8 tokens), and
+// the K order inside each 128-wide chunk is permuted so that lane (g = lane/4, t = lane%4) owns the
+// columns [32t, 32t + 32) of the chunk: two whole NVFP4 blocks per row, so 4 scales per chunk instead
+// of 16, and its activations are 64 contiguous bytes. The mma sums over k, so the permutation (the
+// same for weights and activations) does not change the result beyond fp32 summation order.
+//
+// One block of 1152 bytes per (16-row tile, 128-column chunk), tiles outer, chunks inner:
+//   bytes [0, 1024):    lane l (32 x 32 bytes): row0 = 16*tile + g (16 bytes), then row1 = row0 + 8;
+//                       word j (bytes 4j..4j+3, little endian) of a row holds lane columns 8j..8j+7;
+//   bytes [1024, 1152): lane l (32 x 4 bytes): E4M3 scales (row0, blk 2t), (row0, 2t+1), (row1, 2t),
+//                       (row1, 2t+1) of the chunk.
+// Inside a word the 8 codes are placed so that 4 bf16x2 operands come out of 11 integer ops
+// (decode_word below): output k (k = 0..3) holds lane columns 8j+2k (low half) and 8j+2k+1 (high);
+// in k-step s = 2j + u the A fragment is {out(2u) of row0, out(2u) of row1, out(2u+1) of row0,
+// out(2u+1) of row1}. Each half is the bf16 bit pattern of e2m1 * 2^-126 (sign bit 15, magnitude
+// bits 8:6; code 1 = 0.5 is a bf16 subnormal): the block scale table folds the 2^126 back.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#if defined(__CUDACC__)
+#define FP4MOE_HOST_DEVICE __host__ __device__
+#else
+#define FP4MOE_HOST_DEVICE
+#endif
+
+namespace fp4moe {
+
+struct Nvfp4View;  // format/nvfp4.h (not included: .cu files are compiled as C++17)
+
+inline constexpr int kDecodeTileRows = 16;    // N granularity (one mma M tile)
+inline constexpr int kDecodeChunkK = 128;     // K granularity
+inline constexpr int kDecodeBlockBytes = 1152;  // one (tile, chunk): 1024 code bytes + 128 scale bytes
+inline constexpr int kDecodeScaleOffset = 1024;
+static_assert(kDecodeBlockBytes == kDecodeTileRows * kDecodeChunkK / 2 + kDecodeTileRows * kDecodeChunkK / 16,
+              "the layout keeps the checkpoint's bytes: N*K/2 codes + N*K/16 scales");
+
+// Left shifts (negative: right) that bring output k's magnitude bits and sign bit into place.
+inline constexpr int kDecodeMagShift[4] = {0, 3, 6, -3};
+inline constexpr int kDecodeSignShift[4] = {0, 3, 2, 1};
+
+// The 4 bf16x2 outputs of one layout word (see the header comment).
+FP4MOE_HOST_DEVICE inline void decode_word(uint32_t w, uint32_t (&out)[4]) {
+  out[0] = w & 0x81C081C0u;
+  out[1] = (w << 3) & 0x81C081C0u;
+  out[2] = ((w << 6) & 0x01C001C0u) | ((w << 2) & 0x80008000u);
+  out[3] = ((w >> 3) & 0x01C001C0u) | ((w << 1) & 0x80008000u);
+}
+
+// Bytes of one repacked [N, K] matrix (the same as the input's codes + scales).
+inline int64_t decode_layout_bytes(int64_t n, int64_t k) { return n * k / 2 + n * k / 16; }
+
+// Repacks `m` (rows in the order of source_rows: repacked row r <- m's row source_rows[r]; all rows in
+// order when empty) into `out` (decode_layout_bytes(N, K) bytes). Throws Error when N % 16 or K % 128
+// is not 0 or the row order is not a list of valid rows.
+void repack_nvfp4_for_decode(const Nvfp4View& m, const std::vector<int64_t>& source_rows, uint8_t* out);
+
+}  // namespace fp4moe
