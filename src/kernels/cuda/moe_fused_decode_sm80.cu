@@ -10,8 +10,9 @@
 // table (4 scales per lane and chunk), and tokens fill the N dimension instead of padding M.
 // Launch 1 (route + GEMM1 + SwiGLU): each CTA routes all T tokens itself (one warp per token, the
 // pipeline's routing code) and sorts the slots by expert (stable), so no routing launch is needed;
-// items = (expert, 16-token group, 32 rows of W13 = 16 h columns), K split over the 4 warps, summed
-// in warp order. Launch 2 (GEMM2 + combine): items = 16 rows of H; the 8 warps share the (expert,
+// items = (expert, 8-token group, 16 rows of W13 = 8 gate + 8 up rows; 32 rows for W4A4, whose h
+// quantization needs a whole 16-column NVFP4 block in one warp), K split over the 8 warps, summed in
+// warp order. Launch 2 (GEMM2 + combine): items = 16 rows of H; the 8 warps share the (expert,
 // K chunk) units, each folds weight * down_scale2 * partial dot into its own fp32 token x row
 // accumulators, summed in warp order at the end. All orders are fixed: bit-identical reruns.
 #include <cuda_bf16.h>

@@ -1,7 +1,7 @@
 // The fused low-latency decode MoE (cuda.sm80.fused_decode.v1): two launches per chunk of at most
 // kFusedDecodeMaxTokens tokens, SM80 and later.
 //   launch 1: every CTA routes all tokens of the chunk itself (no routing launch), sorts the slots by
-//             expert, and takes (expert, 16-token group, 32-row block of W13) items: GEMM1, SwiGLU,
+//             expert, and takes (expert, 8-token group, 16- or 32-row block of W13) items: GEMM1, SwiGLU,
 //             h [slot, I] BF16 (W4A4: NVFP4-quantized with w2_input_scale). CTA 0 also writes the
 //             routing record that launch 2 reads.
 //   launch 2: one CTA per 16 output rows of H streams those rows of W2 for every touched expert, and
