@@ -5,28 +5,27 @@
 
 #include <algorithm>
 #include <string>
-#include <vector>
 
 #include "backends/backend_checks.h"
+#include "backends/pipeline_parts.h"
 #include "common/error.h"
-#include "common/parallel.h"
 #include "kernels/cuda/common/cuda_check.h"
-#include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm90a.h"
 #include "kernels/cuda/moe_route_permute.h"
-#include "kernels/cuda/nvfp4_mma_layout.h"
 
 namespace fp4moe {
 namespace {
 
 constexpr std::string_view kId = "cuda.sm90.prefill.v1";
 
-size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 class PreparedSm90Prefill final : public PreparedMoe {
  public:
   PreparedSm90Prefill(const MoeProblem& problem, const MoeWeights& weights, int64_t max_tokens, const DeviceInfo& device)
-      : problem_(problem), max_tokens_(max_tokens), device_(device.ordinal), num_sms_(device.multiprocessors) {
+      : problem_(problem),
+        max_tokens_(max_tokens),
+        device_(device.ordinal),
+        num_sms_(device.multiprocessors),
+        workspace_(problem, max_tokens, kSm90TileM, 0) {
     const int64_t E = problem.num_experts, H = problem.hidden, I = problem.inter, K = problem.top_k;
     FP4MOE_CHECK(moe_max_tiles(max_tokens, static_cast<int>(K), static_cast<int>(E), kSm90TileM) * (std::max(2 * I, H) / kSm90TileN) <
                      (int64_t{1} << 31),
@@ -34,37 +33,10 @@ class PreparedSm90Prefill final : public PreparedMoe {
     FP4MOE_CUDA_CHECK(cudaSetDevice(device_));
     configure_sm90_grouped_gemm_kernels();
 
-    const size_t w13_bytes = static_cast<size_t>(2 * I * H / 2), w13_sbytes = static_cast<size_t>(2 * I * H / 16);
-    const size_t w2_bytes = static_cast<size_t>(H * I / 2), w2_sbytes = static_cast<size_t>(H * I / 16);
-    std::vector<uint8_t> w13(w13_bytes * E), w13s(w13_sbytes * E), w2(w2_bytes * E), w2s(w2_sbytes * E);
-    const std::vector<int64_t> interleave = gate_up_interleaved_rows(I);  // [gate 8 | up 8] per 16 rows
-    parallel_for(E, [&](int64_t begin, int64_t end) {
-      for (int64_t e = begin; e < end; ++e) {
-        Nvfp4View w13_view{weights.w13_packed.data() + e * w13_bytes, weights.w13_scales.data() + e * w13_sbytes,
-                           1.0f, 2 * I, H};
-        repack_nvfp4_for_sm90(w13_view, interleave, w13.data() + e * w13_bytes, w13s.data() + e * w13_sbytes);
-        repack_nvfp4_for_sm90(weights.down(e), {}, w2.data() + e * w2_bytes, w2s.data() + e * w2_sbytes);
-      }
-    });
-    w13_ = DeviceBuffer::from_host(w13);
-    w13_scales_ = DeviceBuffer::from_host(w13s);
-    w2_ = DeviceBuffer::from_host(w2);
-    w2_scales_ = DeviceBuffer::from_host(w2s);
-    gate_scale2_ = DeviceBuffer::from_host(weights.gate_scale2);
-    up_scale2_ = DeviceBuffer::from_host(weights.up_scale2);
-    down_scale2_ = DeviceBuffer::from_host(weights.down_scale2);
-    w13_input_scale_ = DeviceBuffer::from_host(weights.w13_input_scale);
-    w2_input_scale_ = DeviceBuffer::from_host(weights.w2_input_scale);
-
-    // Workspace: route buffers | expert outputs fp32 [T*K, H] (its first half doubles as the gathered
-    // BF16 rows, dead once GEMM1 has run) | h BF16 [T*K, I].
-    const size_t slots = static_cast<size_t>(max_tokens * K);
-    route_bytes_ = align256(moe_route_workspace_bytes(max_tokens, static_cast<int>(K), static_cast<int>(E), kSm90TileM));
-    out_bytes_ = align256(std::max<size_t>(1, slots * H * sizeof(float)));
-    h_bytes_ = align256(std::max<size_t>(1, slots * I * 2));
+    weights_ = upload_repacked_expert_weights(weights, repack_nvfp4_for_sm90);
   }
 
-  size_t workspace_bytes() const override { return route_bytes_ + out_bytes_ + h_bytes_; }
+  size_t workspace_bytes() const override { return workspace_.bytes(); }
   int64_t max_tokens() const override { return max_tokens_; }
 
   void run(const MoeRunArgs& args) override {
@@ -77,47 +49,45 @@ class PreparedSm90Prefill final : public PreparedMoe {
     const int E = static_cast<int>(problem_.num_experts), K = static_cast<int>(problem_.top_k);
     const bool w4a4 = problem_.activation_mode == ActivationMode::kW4A4;
     auto stream = static_cast<cudaStream_t>(args.stream);
-    char* ws = static_cast<char*>(args.workspace);
-    const MoeRouteBuffers route = carve_moe_route_workspace(ws, max_tokens_, K, E, kSm90TileM);
-    void* expert_out = ws + route_bytes_;
-    void* rows = expert_out;
-    void* h = ws + route_bytes_ + out_bytes_;
+    const PipelineWorkspace::Parts ws = workspace_.carve(args.workspace);
+    const MoeRouteBuffers& route = ws.route;
 
     launch_moe_route(problem_.routing, args.router_logits, args.correction_bias, T, route.topk_ids,
                      route.topk_weights, stream);
     launch_moe_align(route, T, K, E, kSm90TileM, stream);
-    launch_moe_gather(args.hidden, route, T, K, E, H, w4a4 ? w13_input_scale_.as<float>() : nullptr, rows, stream);
+    launch_moe_gather(args.hidden, route, T, K, E, H, w4a4 ? weights_.w13_input_scale.as<float>() : nullptr, ws.rows,
+                      stream);
 
     Sm90GemmArgs g1;
-    g1.a = rows;
+    g1.a = ws.rows;
     g1.rows = T * K;
-    g1.w_packed = w13_.as<uint8_t>();
-    g1.w_scales = w13_scales_.as<uint8_t>();
+    g1.w_packed = weights_.w13.as<uint8_t>();
+    g1.w_scales = weights_.w13_scales.as<uint8_t>();
     g1.n = 2 * I;
     g1.k = H;
-    g1.scale_first = gate_scale2_.as<float>();
-    g1.scale_second = up_scale2_.as<float>();
-    g1.input_scale = w4a4 ? w13_input_scale_.as<float>() : nullptr;
-    g1.out_scale = w2_input_scale_.as<float>();
+    g1.scale_first = weights_.gate_scale2.as<float>();
+    g1.scale_second = weights_.up_scale2.as<float>();
+    g1.input_scale = w4a4 ? weights_.w13_input_scale.as<float>() : nullptr;
+    g1.out_scale = weights_.w2_input_scale.as<float>();
     g1.route = route;
     g1.max_tiles = moe_max_tiles(T, K, E, kSm90TileM);
     g1.num_sms = num_sms_;
-    g1.out = h;
+    g1.out = ws.h;
     launch_grouped_gemm_nvfp4w_bf16_sm90a(g1, w4a4 ? GemmEpilogue::kSwigluNvfp4 : GemmEpilogue::kSwiglu, stream);
 
     Sm90GemmArgs g2 = g1;
-    g2.a = h;
-    g2.w_packed = w2_.as<uint8_t>();
-    g2.w_scales = w2_scales_.as<uint8_t>();
+    g2.a = ws.h;
+    g2.w_packed = weights_.w2.as<uint8_t>();
+    g2.w_scales = weights_.w2_scales.as<uint8_t>();
     g2.n = H;
     g2.k = I;
-    g2.scale_first = down_scale2_.as<float>();
+    g2.scale_first = weights_.down_scale2.as<float>();
     g2.scale_second = nullptr;
-    g2.input_scale = w4a4 ? w2_input_scale_.as<float>() : nullptr;
-    g2.out = expert_out;
+    g2.input_scale = w4a4 ? weights_.w2_input_scale.as<float>() : nullptr;
+    g2.out = ws.expert_out;
     launch_grouped_gemm_nvfp4w_bf16_sm90a(g2, GemmEpilogue::kScaleFp32, stream);
 
-    launch_moe_combine(static_cast<const float*>(expert_out), route, T, K, H, args.out, stream);
+    launch_moe_combine(static_cast<const float*>(ws.expert_out), route, T, K, H, args.out, stream);
   }
 
  private:
@@ -125,9 +95,8 @@ class PreparedSm90Prefill final : public PreparedMoe {
   int64_t max_tokens_;
   int device_;
   int num_sms_;
-  DeviceBuffer w13_, w13_scales_, w2_, w2_scales_;
-  DeviceBuffer gate_scale2_, up_scale2_, down_scale2_, w13_input_scale_, w2_input_scale_;
-  size_t route_bytes_ = 0, out_bytes_ = 0, h_bytes_ = 0;
+  PipelineWorkspace workspace_;
+  DeviceExpertWeights weights_;
 };
 
 class CudaSm90PrefillBackend final : public MoeBackend {

@@ -13,6 +13,7 @@
 #include "backends/registry.h"
 #include "format/fp_codes.h"
 #include "format/synthetic.h"
+#include "backend_runner.h"
 #include "gpu_test_util.h"
 #include "io/presets.h"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"
@@ -21,6 +22,10 @@
 namespace fp4moe {
 namespace {
 
+using test::check_case;
+using test::Runner;
+using test::with_mode;
+
 // The backends under test; a backend that does not support the device (e.g. sm_90a code on another GPU)
 // skips with its reason.
 const char* const kBackendsUnderTest[] = {"cuda.sm80.pipeline.v1", "cuda.sm80.fused_decode.v1",
@@ -28,102 +33,6 @@ const char* const kBackendsUnderTest[] = {"cuda.sm80.pipeline.v1", "cuda.sm80.fu
                                           "cuda.sm90.prefill.v1",  // registered only in builds with sm_90a
 #endif
 };
-
-class Runner {
- public:
-  Runner(const std::string& backend_id, const MoeProblem& problem, const MoeWeights& weights, int64_t max_tokens,
-         const DeviceInfo& device)
-      : problem_(problem) {
-    backend_ = find_moe_backend(backend_id);
-    const Support s = backend_->supports(problem, device);
-    EXPECT_TRUE(s.ok) << s.reason;
-    prepared_ = backend_->prepare(problem, weights, max_tokens, device);
-    workspace_ = DeviceBuffer(prepared_->workspace_bytes());
-    FP4MOE_CUDA_CHECK(cudaMemset(workspace_.get(), 0xFF, workspace_.bytes()));
-  }
-
-  // Uploads the inputs (kept for replays), poisons the output, runs eagerly on `stream`.
-  std::vector<uint16_t> run(const std::vector<float>& hidden, const std::vector<float>& logits,
-                            const std::vector<float>* bias, int64_t tokens, cudaStream_t stream = nullptr) {
-    upload(hidden, logits, bias, tokens);
-    prepared_->run(args(tokens, stream));
-    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return out_.to_host<uint16_t>();
-  }
-
-  // Captures one run into a CUDA graph, replays it twice on a poisoned output.
-  std::vector<uint16_t> run_graph(int64_t tokens) {
-    cudaStream_t stream;
-    FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    poison();
-    cudaGraph_t graph;
-    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    prepared_->run(args(tokens, stream));
-    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    cudaGraphExec_t exec;
-    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    poison();
-    FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    FP4MOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    FP4MOE_CUDA_CHECK(cudaGraphDestroy(graph));
-    FP4MOE_CUDA_CHECK(cudaStreamDestroy(stream));
-    return out_.to_host<uint16_t>();
-  }
-
- private:
-  void upload(const std::vector<float>& hidden, const std::vector<float>& logits, const std::vector<float>* bias,
-              int64_t tokens) {
-    hidden_ = DeviceBuffer::from_host(test::to_bf16_bits(hidden));
-    logits_ = DeviceBuffer::from_host(logits);
-    bias_ = bias ? DeviceBuffer::from_host(*bias) : DeviceBuffer();
-    out_ = DeviceBuffer(static_cast<size_t>(tokens * problem_.hidden * 2));
-    poison();
-  }
-  void poison() {
-    std::vector<uint16_t> p(out_.bytes() / 2, kBf16Poison);
-    FP4MOE_CUDA_CHECK(cudaMemcpy(out_.get(), p.data(), out_.bytes(), cudaMemcpyHostToDevice));
-  }
-  MoeRunArgs args(int64_t tokens, cudaStream_t stream) {
-    MoeRunArgs a;
-    a.hidden = hidden_.get();
-    a.router_logits = logits_.as<float>();
-    a.correction_bias = bias_.bytes() ? bias_.as<float>() : nullptr;
-    a.tokens = tokens;
-    a.out = out_.get();
-    a.workspace = workspace_.get();
-    a.stream = stream;
-    return a;
-  }
-
-  MoeProblem problem_;
-  std::unique_ptr<MoeBackend> backend_;
-  std::unique_ptr<PreparedMoe> prepared_;
-  DeviceBuffer workspace_, hidden_, logits_, bias_, out_;
-};
-
-// Runs one case on the GPU and the reference; checks coverage, finiteness and the budget.
-void check_case(Runner& runner, const MoeProblem& problem, const MoeWeights& weights, const std::vector<float>& hidden,
-                const std::vector<float>& logits, const std::vector<float>* bias, int64_t tokens, uint64_t seed,
-                const std::string& label) {
-  const std::vector<uint16_t> out = runner.run(hidden, logits, bias, tokens);
-  test::expect_all_written_and_finite(out, label);
-  const std::vector<int64_t> rows = test::sample_rows(tokens, seed);
-  std::vector<float> ref(static_cast<size_t>(tokens * problem.hidden), 0.0f);
-  MoeReferenceOptions options;
-  if (static_cast<int64_t>(rows.size()) < tokens) options.token_rows = rows;
-  moe_reference(problem, weights, hidden, logits, bias ? bias->data() : nullptr, tokens, ref, options);
-  const CompareResult r = test::expect_within_budget(out, ref, tokens, problem.hidden, rows, problem.activation_mode, label);
-  std::printf("[ result ] %-58s rows=%-4zu nerr=%.3e row_nerr=%.3e max_abs=%.3e\n", label.c_str(), rows.size(),
-              r.normalized_error, r.max_row_normalized_error, r.max_abs_error);
-}
-
-MoeProblem with_mode(MoeProblem p, ActivationMode mode) {
-  p.activation_mode = mode;
-  return p;
-}
 
 void sweep_model(const std::string& backend_id, const MoeProblem& base, const MoeWeights& weights, const DeviceInfo& device,
                  const std::vector<int64_t>& token_counts, const std::vector<uint64_t>& seeds, int64_t multi_seed_max_t,

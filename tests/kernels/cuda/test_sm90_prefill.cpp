@@ -18,6 +18,7 @@
 #include "common/rng.h"
 #include "format/fp_codes.h"
 #include "format/synthetic.h"
+#include "backend_runner.h"
 #include "gpu_test_util.h"
 #include "io/presets.h"
 #include "kernels/cpu/moe_reference.h"
@@ -27,6 +28,10 @@
 
 namespace fp4moe {
 namespace {
+
+using test::check_case;
+using test::Runner;
+using test::with_mode;
 
 constexpr const char* kBackendId = "cuda.sm90.prefill.v1";
 
@@ -224,76 +229,16 @@ TEST(CudaSm90PrefillGemm, SwigluEpilogueOnUnevenExperts) {
 
 // ---------------------------------------------------------------- backend level
 
-class Runner {
- public:
-  Runner(const MoeProblem& problem, const MoeWeights& weights, int64_t max_tokens, const DeviceInfo& device)
-      : problem_(problem) {
-    backend_ = find_moe_backend(kBackendId);
-    const Support s = backend_->supports(problem, device);
-    EXPECT_TRUE(s.ok) << s.reason;
-    prepared_ = backend_->prepare(problem, weights, max_tokens, device);
-    workspace_ = DeviceBuffer(prepared_->workspace_bytes());
-    FP4MOE_CUDA_CHECK(cudaMemset(workspace_.get(), 0xFF, workspace_.bytes()));
-  }
-  std::vector<uint16_t> run(const std::vector<float>& hidden, const std::vector<float>& logits, int64_t tokens) {
-    hidden_ = DeviceBuffer::from_host(test::to_bf16_bits(hidden));
-    logits_ = DeviceBuffer::from_host(logits);
-    out_ = DeviceBuffer(static_cast<size_t>(tokens * problem_.hidden * 2));
-    poison();
-    prepared_->run(args(tokens, nullptr));
-    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-    return out_.to_host<uint16_t>();
-  }
- private:
-  void poison() {
-    std::vector<uint16_t> p(out_.bytes() / 2, kBf16Poison);
-    FP4MOE_CUDA_CHECK(cudaMemcpy(out_.get(), p.data(), out_.bytes(), cudaMemcpyHostToDevice));
-  }
-  MoeRunArgs args(int64_t tokens, cudaStream_t stream) {
-    MoeRunArgs a;
-    a.hidden = hidden_.get();
-    a.router_logits = logits_.as<float>();
-    a.tokens = tokens;
-    a.out = out_.get();
-    a.workspace = workspace_.get();
-    a.stream = stream;
-    return a;
-  }
-  MoeProblem problem_;
-  std::unique_ptr<MoeBackend> backend_;
-  std::unique_ptr<PreparedMoe> prepared_;
-  DeviceBuffer workspace_, hidden_, logits_, out_;
-};
-
-void check_case(Runner& runner, const MoeProblem& problem, const MoeWeights& weights, const std::vector<float>& hidden,
-                const std::vector<float>& logits, int64_t tokens, uint64_t seed, const std::string& label) {
-  const std::vector<uint16_t> out = runner.run(hidden, logits, tokens);
-  test::expect_all_written_and_finite(out, label);
-  const std::vector<int64_t> rows = test::sample_rows(tokens, seed);
-  std::vector<float> ref(static_cast<size_t>(tokens * problem.hidden), 0.0f);
-  MoeReferenceOptions options;
-  if (static_cast<int64_t>(rows.size()) < tokens) options.token_rows = rows;
-  moe_reference(problem, weights, hidden, logits, nullptr, tokens, ref, options);
-  const CompareResult r = test::expect_within_budget(out, ref, tokens, problem.hidden, rows, problem.activation_mode, label);
-  std::printf("[ result ] %-58s rows=%-4zu nerr=%.3e row_nerr=%.3e max_abs=%.3e\n", label.c_str(), rows.size(),
-              r.normalized_error, r.max_row_normalized_error, r.max_abs_error);
-}
-
-MoeProblem with_mode(MoeProblem p, ActivationMode mode) {
-  p.activation_mode = mode;
-  return p;
-}
-
 void sweep_model(const std::string& preset, uint64_t weight_seed, const DeviceInfo& device) {
   const MoeProblem base = moe_problem_for(model_preset(preset), ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, weight_seed);
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
     const MoeProblem problem = with_mode(base, mode);
-    Runner runner(problem, weights, 4096, device);
+    Runner runner(kBackendId, problem, weights, 4096, device);
     for (int64_t T : {1, 257, 1024, 4096}) {
       const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 1000 + T);
       const std::vector<float> logits = test::random_logits(T, problem.num_experts, 7777 + T);
-      check_case(runner, problem, weights, hidden, logits, T, 1,
+      check_case(runner, problem, weights, hidden, logits, nullptr, T, 1,
                  preset + " " + std::string(to_string(mode)) + " T=" + std::to_string(T));
     }
   }
@@ -312,11 +257,11 @@ TEST(CudaSm90Prefill, Qwen3_235B_AllTokensOnOneExpert) {
   const int64_t E = base.num_experts, T = 1024;
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
     const MoeProblem problem = with_mode(base, mode);
-    Runner runner(problem, weights, T, *device);
+    Runner runner(kBackendId, problem, weights, T, *device);
     const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 5 + T);
     std::vector<float> logits = test::random_logits(T, E, 6 + T);
     for (int64_t t = 0; t < T; ++t) logits[t * E + 77] = 50.0f;
-    check_case(runner, problem, weights, hidden, logits, T, 3,
+    check_case(runner, problem, weights, hidden, logits, nullptr, T, 3,
                "qwen3-235b all tokens on expert 77 " + std::string(to_string(mode)) + " T=1024");
   }
 }

@@ -1,0 +1,50 @@
+// Host-side parts shared by the CUDA backends built as route -> align -> gather -> grouped GEMM1 ->
+// grouped GEMM2 -> combine (cuda.sm80.pipeline.v1, cuda.sm90.prefill.v1): the upload of the expert
+// weights after a backend's own repack, and the workspace those stages use.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "format/moe_weights.h"
+#include "kernels/cuda/common/device_buffer.h"
+#include "kernels/cuda/moe_route_permute.h"
+#include "kernels/moe_problem.h"
+
+namespace fp4moe {
+
+// A backend's repack of one NVFP4 matrix (rows in the order given; all rows when empty) into its
+// packed codes and scales (the same byte counts as the checkpoint's).
+using Nvfp4RepackFn = void (*)(const Nvfp4View& m, std::span<const int64_t> source_rows, uint8_t* packed_out,
+                               uint8_t* scales_out);
+
+// Every expert's W13 (rows interleaved [gate 8 | up 8], gate_up_interleaved_rows) and W2 repacked on
+// the host in parallel over experts, then uploaded to the current device with the tensor scales.
+struct DeviceExpertWeights {
+  DeviceBuffer w13, w13_scales, w2, w2_scales;  // [E][...] in the backend's layout
+  DeviceBuffer gate_scale2, up_scale2, down_scale2, w13_input_scale, w2_input_scale;  // [E] fp32
+};
+DeviceExpertWeights upload_repacked_expert_weights(const MoeWeights& weights, Nvfp4RepackFn repack);
+
+// Workspace: route buffers (for M tiles of at least tile_m rows) | expert outputs fp32 [T*K, H], whose
+// first half doubles as the gathered BF16 rows (dead once GEMM1 has run) | h BF16 [T*K, I] | extra
+// (backend-specific, e.g. split-K partials). Each piece 256-byte aligned.
+struct PipelineWorkspace {
+  struct Parts {
+    MoeRouteBuffers route;
+    void* rows;        // gathered activations, BF16 [T*K, H]
+    void* expert_out;  // fp32 [T*K, H]
+    void* h;           // BF16 [T*K, I]
+    void* extra;
+  };
+  PipelineWorkspace(const MoeProblem& problem, int64_t max_tokens, int smallest_tile_m, size_t extra_bytes);
+  size_t bytes() const { return route_bytes_ + out_bytes_ + h_bytes_ + extra_bytes_; }
+  Parts carve(void* workspace) const;
+
+ private:
+  int64_t max_tokens_;
+  int top_k_, num_experts_, smallest_tile_m_;
+  size_t route_bytes_, out_bytes_, h_bytes_, extra_bytes_;
+};
+
+}  // namespace fp4moe
