@@ -88,7 +88,7 @@ __host__ __device__ inline Gemm1Smem gemm1_smem(int num_experts, int tk_cap, int
 // Launch 2: LUT | ring | accumulators [warps][kFusedDecodeMaxTokens][16] | touched, toff, sorted (int16),
 // slot weights (fp32).
 struct Gemm2Smem {
-  size_t lut, ring, acc, touched, toff, sorted, sorted_token, weights, factor, misc, total;
+  size_t lut, ring, acc, touched, toff, sorted, sorted_token, weights, factor, total;
 };
 __host__ __device__ inline Gemm2Smem gemm2_smem(int tk_cap) {
   Gemm2Smem s{};
@@ -101,8 +101,7 @@ __host__ __device__ inline Gemm2Smem gemm2_smem(int tk_cap) {
   s.sorted_token = align16(s.sorted + size_t(tk_cap) * 2);
   s.weights = align16(s.sorted_token + size_t(tk_cap) * 2);
   s.factor = align16(s.weights + size_t(tk_cap) * 4);  // per touched expert: down_scale2 * 2^9 (* input scale)
-  s.misc = align16(s.factor + size_t(tk_cap) * 4);
-  s.total = s.misc + 16;
+  s.total = s.factor + size_t(tk_cap) * 4;
   return s;
 }
 
