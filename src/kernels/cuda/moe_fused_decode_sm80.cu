@@ -4,8 +4,9 @@
 // weights in the nvfp4_decode_layout.h layout (weights are the mma A operand: 16 rows x 128-wide K
 // chunks; tokens are the N = 8 columns). Why this shape: at decode the layer is a read of the touched
 // experts' weights, so (1) every SM must stream weights (persistent grids over fine work items),
-// (2) bytes in flight come from a private 4-stage cp.async ring per warp (each lane copies and later
-// reads only its own bytes: no barriers in the K loop), and (3) instructions per weight are few: 11
+// (2) bytes in flight come from a private cp.async ring per warp (each lane copies and later reads only
+// its own bytes, 512-byte runs per warp: no barriers in the K loop), and (3) instructions per weight are
+// few (per-item source addresses, then a stride per step): 11
 // integer ops decode 8 FP4 values to bf16x2, one HMUL2 per pair applies the block scale from a 1 KB
 // table (4 scales per lane and chunk), and tokens fill the N dimension instead of padding M.
 // Launch 1 (route + GEMM1 + SwiGLU): each CTA routes all T tokens itself (one warp per token, the
@@ -14,7 +15,8 @@
 // quantization needs a whole 16-column NVFP4 block in one warp), K split over the 8 warps, summed in
 // warp order. Launch 2 (GEMM2 + combine): items = 16 rows of H; the 8 warps share the (expert,
 // K chunk) units, each folds weight * down_scale2 * partial dot into its own fp32 token x row
-// accumulators, summed in warp order at the end. All orders are fixed: bit-identical reruns.
+// accumulators, summed in warp order at the end; on SM90 it is a programmatic dependent launch that
+// waits for launch 1 only after its prologue. All orders are fixed: bit-identical reruns.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -42,12 +44,17 @@ using sm80::scale_lut_entry;
 
 constexpr int kGemm1Warps = 8;  // launch 1: the K chunks of an item are split over the CTA's warps
 constexpr int kGemm2Warps = 8;
-constexpr int kStages1 = 4;
-constexpr int kStages2 = 4;
+// Launch 1's CTAs per SM: the step is a long dependent chain (decode -> HMUL2 -> HMMA), so at one token
+// the time is each warp's chain of steps: W4A16 fits 80 registers for 3 CTAs (24 warps) per SM, shorter
+// chains and more warps to interleave; W4A4's 32-row items need more registers and keep 2.
+__host__ __device__ constexpr int ctas_per_sm1(int mt) { return mt == 1 ? 3 : 2; }
+// cp.async ring stages per warp: 3 steps in flight per warp, 83 KB (W4A4: 110 KB) per SM.
+__host__ __device__ constexpr int stages1(int) { return 4; }
+constexpr int kStages2 = 6;
 constexpr int kTokenGroup = 8;  // tokens per GEMM1 item: one n8 tile (decode has ~1 token per expert)
 constexpr int kLutBytes = 256 * 4;
-constexpr int kStage2Bytes = kDecodeBlockBytes;
-constexpr int kRing2Bytes = kGemm2Warps * kStages2 * kStage2Bytes;
+constexpr int kRing2Bytes = kGemm2Warps * kStages2 * kDecodeBlockBytes;
+static_assert(stages1(1) >= 3 && stages1(2) >= 3 && kStages2 >= 3, "the rings keep at least two copies in flight");
 static_assert(kFusedDecodeMaxTokens % kTokenGroup == 0, "token chunks are whole token groups");
 
 __host__ __device__ constexpr size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
@@ -56,8 +63,8 @@ __host__ __device__ constexpr size_t align16(size_t bytes) { return (bytes + 15)
 // columns of an NVFP4 block, i.e. 32 rows of W13, in one warp). The routing scratch (2 floats per
 // expert and warp) shares it: routing is over before the first copy.
 __host__ __device__ constexpr size_t ring1_bytes(int mt, int num_experts) {
-  return size_t(kGemm1Warps) * kStages1 * mt * kDecodeBlockBytes > size_t(kGemm1Warps) * 2 * num_experts * 4
-             ? size_t(kGemm1Warps) * kStages1 * mt * kDecodeBlockBytes
+  return size_t(kGemm1Warps) * stages1(mt) * mt * kDecodeBlockBytes > size_t(kGemm1Warps) * 2 * num_experts * 4
+             ? size_t(kGemm1Warps) * stages1(mt) * mt * kDecodeBlockBytes
              : size_t(kGemm1Warps) * 2 * num_experts * 4;
 }
 
@@ -85,10 +92,10 @@ __host__ __device__ inline Gemm1Smem gemm1_smem(int num_experts, int tk_cap, int
   return s;
 }
 
-// Launch 2: LUT | ring | accumulators [warps][kFusedDecodeMaxTokens][16] | touched, toff, sorted (int16),
-// slot weights (fp32).
+// Launch 2: LUT | ring | accumulators [warps][kFusedDecodeMaxTokens][16] | touched, toff, sorted slots,
+// their tokens (int16) | per sorted slot: routing weight * down_scale2 * 2^9 (* input scale) (fp32).
 struct Gemm2Smem {
-  size_t lut, ring, acc, touched, toff, sorted, sorted_token, weights, factor, total;
+  size_t lut, ring, acc, touched, toff, sorted, sorted_token, slot_factor, total;
 };
 __host__ __device__ inline Gemm2Smem gemm2_smem(int tk_cap) {
   Gemm2Smem s{};
@@ -99,19 +106,9 @@ __host__ __device__ inline Gemm2Smem gemm2_smem(int tk_cap) {
   s.toff = align16(s.touched + size_t(tk_cap) * 2);
   s.sorted = align16(s.toff + size_t(tk_cap + 1) * 2);
   s.sorted_token = align16(s.sorted + size_t(tk_cap) * 2);
-  s.weights = align16(s.sorted_token + size_t(tk_cap) * 2);
-  s.factor = align16(s.weights + size_t(tk_cap) * 4);  // per touched expert: down_scale2 * 2^9 (* input scale)
-  s.total = s.factor + size_t(tk_cap) * 4;
+  s.slot_factor = align16(s.sorted_token + size_t(tk_cap) * 2);
+  s.total = s.slot_factor + size_t(tk_cap) * 4;
   return s;
-}
-
-// u / d for the unit counts of launch 2 (u < 2^20, 2 <= d <= 256): one multiply-high with
-// magic = ceil(2^32 / d), exact in that range (the error u / 2^32 stays below 1/d's margin).
-__host__ __device__ inline uint32_t division_magic(int d) {
-  return d <= 1 ? 0u : static_cast<uint32_t>(((uint64_t(1) << 32) + d - 1) / d);
-}
-__device__ __forceinline__ int divide(int u, uint32_t magic) {
-  return magic == 0u ? u : static_cast<int>(__umulhi(static_cast<uint32_t>(u), magic));
 }
 
 // What launch 1 leaves for launch 2 (device workspace, one chunk).
@@ -143,18 +140,13 @@ struct Gemm2Params {
   const __nv_bfloat16* h;
   RoutingRecord record;
   int tokens, hidden_size, inter, top_k, tk_cap;
-  uint32_t chunks_magic;  // division_magic(inter / 128)
   __nv_bfloat16* out;  // [T, H]
 };
 
 // 32 activations of one token for this lane's columns [col0, col0 + 32) of a chunk as 16 bf16x2 words
-// (word i = columns 2i, 2i+1); zeros for no token (row == nullptr).
+// (word i = columns 2i, 2i+1). Lanes without a token (mma column g past the item's tokens) load a valid
+// row of another token: their output column is never written, and the loads coalesce with lane g = 0's.
 __device__ __forceinline__ void load_activations(const __nv_bfloat16* row, uint32_t (&b)[16]) {
-  if (!row) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) b[i] = 0u;
-    return;
-  }
   const uint4* src = reinterpret_cast<const uint4*>(row);
 #pragma unroll
   for (int v = 0; v < 4; ++v) {
@@ -210,12 +202,59 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& row0, co
   }
 }
 
-// Copies this lane's bytes of one layout block (32 code bytes + 4 scale bytes) into `stage`.
-__device__ __forceinline__ void copy_block(uint8_t* stage, const uint8_t* block, int lane) {
-  cp_async16(stage + lane * 32, block + lane * 32);
-  cp_async16(stage + lane * 32 + 16, block + lane * 32 + 16);
-  cp_async4(stage + kDecodeScaleOffset + lane * 4, block + kDecodeScaleOffset + lane * 4);
+// Copies a lane's bytes of one layout block: its 16 code bytes of each row half (decode_code_offset) and
+// its 4 scale bytes at kDecodeScaleOffset + 4 lane; `dst` and `src` point at the lane's first code bytes
+// (16 lane), so the scale bytes are at kDecodeScaleOffset - 12 lane from there. Each of the three copies
+// of a warp covers contiguous bytes.
+static_assert(decode_code_offset(1, 0) == 16 && decode_code_offset(0, 1) == kDecodeHalfBytes, "layout of the header");
+__device__ __forceinline__ void copy_lane_bytes(uint8_t* dst, const uint8_t* src, int lane) {
+  cp_async16(dst, src);
+  cp_async16(dst + kDecodeHalfBytes, src + kDecodeHalfBytes);
+  cp_async4(dst + kDecodeScaleOffset - lane * 12, src + kDecodeScaleOffset - lane * 12);
 }
+// The lane's two code quads and scale word of a block in shared memory (`lane_bytes` as in copy_lane_bytes).
+struct LaneBlock {
+  uint4 row0, row1;
+  uint32_t scales;
+};
+__device__ __forceinline__ LaneBlock read_lane_block(const uint8_t* lane_bytes, int lane) {
+  return LaneBlock{*reinterpret_cast<const uint4*>(lane_bytes),
+                   *reinterpret_cast<const uint4*>(lane_bytes + kDecodeHalfBytes),
+                   *reinterpret_cast<const uint32_t*>(lane_bytes + kDecodeScaleOffset - lane * 12)};
+}
+
+// Programmatic dependent launch (SM90+): launch 2 is launched with the programmatic-serialization
+// attribute there, so its CTAs start (shared-memory table) while launch 1 drains, and wait here before
+// touching launch 1's output. Without the attribute, or before SM90, both are no-ops.
+__device__ __forceinline__ void pdl_trigger_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait_for_primary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// A position (outer, inner) in a sequence of work pieces numbered outer * inner_count + inner, and the
+// walk that advances it by a fixed stride without a division. Launch 1: outer = token group q (over all
+// touched experts), inner = row block rb, stride = the grid size. Launch 2: outer = touched expert j,
+// inner = K chunk kc of I, stride = the warps per CTA.
+struct StridedPos {
+  int outer, inner;
+};
+struct StridedWalk {
+  int stride_outer, stride_inner, inner_count;
+  __host__ __device__ static StridedWalk of(int stride, int inner_count) {
+    return StridedWalk{stride / inner_count, stride % inner_count, inner_count};
+  }
+  __device__ __forceinline__ StridedPos at(int index) const { return StridedPos{index / inner_count, index % inner_count}; }
+  __device__ __forceinline__ void next(StridedPos& pos) const {
+    pos.outer += stride_outer, pos.inner += stride_inner;
+    if (pos.inner >= inner_count) pos.inner -= inner_count, ++pos.outer;
+  }
+};
 
 // Block-wide exclusive scan of one uint64 per thread; `scratch` holds kGemm1Warps + 1 values.
 __device__ uint64_t block_exclusive_scan(uint64_t value, uint64_t* scratch, uint64_t& total) {
@@ -247,7 +286,7 @@ __device__ __forceinline__ int unpack_field(uint64_t packed, int field) {
 }
 
 template <int MT>
-__global__ void __launch_bounds__(kGemm1Warps * 32, 2) fused_gemm1_kernel(Gemm1Params p) {
+__global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm1_kernel(Gemm1Params p) {
   extern __shared__ __align__(16) uint8_t smem[];
   const Gemm1Smem L = gemm1_smem(p.num_experts, p.tk_cap, MT);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + L.lut);
@@ -266,6 +305,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 2) fused_gemm1_kernel(Gemm1P
   int* misc = reinterpret_cast<int*>(smem + L.misc);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int T = static_cast<int>(p.route.tokens), K = p.top_k, E = p.num_experts, TK = T * K;
+  pdl_trigger_dependents();  // launch 2 may start its prologue on SMs this grid leaves free; it waits for us
 
   for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = scale_lut_entry(i);
   for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
@@ -341,95 +381,100 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 2) fused_gemm1_kernel(Gemm1P
   // 3. Items: (touched expert, 8-token group, 16*MT rows of W13), dealt round-robin over the CTAs
   // (consecutive items on consecutive CTAs, so on different SMs); an item's K chunks are split over the
   // CTA's warps (warp w: chunks w, w + 8, ...), whose partial sums meet in shared memory at the item's
-  // end (fixed warp order). Each warp's cp.async ring and activation prefetch run on across items.
+  // end (fixed warp order). Each warp runs three cursors over its sequence of (item, chunk) steps: the
+  // weight copies kStages - 1 steps ahead, the activation loads two steps ahead, the mma. A cursor
+  // computes its source address once per item and then only adds a stride per step.
   const int row_blocks = 2 * p.inter / (kDecodeTileRows * MT);
   const int chunks = p.hidden_size / kDecodeChunkK;
   const int per_warp = chunks > warp ? (chunks - warp + kGemm1Warps - 1) / kGemm1Warps : 0;
   const size_t tile_stride = size_t(chunks) * kDecodeBlockBytes;
   const size_t expert_stride = size_t(2 * p.inter / kDecodeTileRows) * tile_stride;
-  const int stride_q = gridDim.x / row_blocks, stride_rb = gridDim.x % row_blocks;
-  // A position in this warp's sequence of (item, chunk) steps; items advance by gridDim.x.
-  struct Cursor {
-    int q, rb, c;
+  const StridedWalk walk = StridedWalk::of(static_cast<int>(gridDim.x), row_blocks);  // (q, rb) items
+  const StridedPos first_item = walk.at(static_cast<int>(blockIdx.x));
+  // Lane (g, t)'s activations: its token's row (or the item's first token's, see load_activations),
+  // chunk `warp`, columns 32t...
+  auto activation_source = [&](const StridedPos& at) -> const __nv_bfloat16* {
+    const int q = at.outer;
+    if (per_warp == 0 || q >= n_groups) return p.hidden + 32 * t;  // never used (token 0's row is valid)
+    const int j = g2j[q];
+    const int first = toff[j] + (q - gprefix[j]) * kTokenGroup;
+    const int slot = first + g < toff[j + 1] ? first + g : first;
+    return p.hidden + size_t(sorted_token[slot]) * p.hidden_size + warp * kDecodeChunkK + 32 * t;
   };
-  auto start = [&](Cursor& cur) {
-    cur.q = blockIdx.x / row_blocks, cur.rb = blockIdx.x % row_blocks, cur.c = 0;
+  // ... and its bytes of the item's first layout block (null past the last item or without chunks).
+  auto weight_source = [&](const StridedPos& at) -> const uint8_t* {
+    const int q = at.outer, rb = at.inner;
+    if (per_warp == 0 || q >= n_groups) return nullptr;
+    return p.w13 + size_t(touched[g2j[q]]) * expert_stride + size_t(MT) * rb * tile_stride +
+           size_t(warp) * kDecodeBlockBytes + lane * 16;
   };
-  auto advance = [&](Cursor& cur) {
-    if (++cur.c < per_warp) return;
-    cur.c = 0;
-    cur.q += stride_q, cur.rb += stride_rb;
-    if (cur.rb >= row_blocks) cur.rb -= row_blocks, ++cur.q;
-  };
-  uint8_t* my_ring = smem + L.ring + size_t(warp) * kStages1 * MT * kDecodeBlockBytes;
-  uint8_t* const ring_end = my_ring + kStages1 * MT * kDecodeBlockBytes;
-  Cursor fetch, prefetch_b, cur;
-  start(fetch), start(prefetch_b), start(cur);
-  uint8_t* fill = my_ring;
-  auto issue = [&]() {  // copies the weights of step `fetch` (if any) into the next ring slot
-    if (per_warp > 0 && fetch.q < n_groups) {
-      const int e = touched[g2j[fetch.q]];
-      const uint8_t* src = p.w13 + size_t(e) * expert_stride + size_t(MT) * fetch.rb * tile_stride +
-                           size_t(warp + fetch.c * kGemm1Warps) * kDecodeBlockBytes;
+  constexpr int kStages = stages1(MT);
+  constexpr size_t kStageBytes = size_t(MT) * kDecodeBlockBytes;
+  uint8_t* const my_ring = smem + L.ring + size_t(warp) * kStages * kStageBytes + lane * 16;
+  StridedPos fetch_item = first_item;
+  int fetch_chunk = 0;
+  const uint8_t* fetch_src = weight_source(fetch_item);
+  int fill_slot = 0;
+  auto issue = [&]() {  // copies the weights of the next fetch step (if any) into the next ring slot
+    if (fetch_src) {
+      uint8_t* dst = my_ring + fill_slot * kStageBytes;
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) copy_block(fill + mt * kDecodeBlockBytes, src + mt * tile_stride, lane);
-      advance(fetch);
+      for (int mt = 0; mt < MT; ++mt) copy_lane_bytes(dst + mt * kDecodeBlockBytes, fetch_src + mt * tile_stride, lane);
+      fetch_src += kGemm1Warps * kDecodeBlockBytes;
+      if (++fetch_chunk == per_warp) {
+        fetch_chunk = 0;
+        walk.next(fetch_item);
+        fetch_src = weight_source(fetch_item);
+      }
     }
     cp_async_commit();
-    fill = fill + MT * kDecodeBlockBytes == ring_end ? my_ring : fill + MT * kDecodeBlockBytes;
+    fill_slot = fill_slot + 1 == kStages ? 0 : fill_slot + 1;
   };
-  auto activations_of = [&](const Cursor& at) -> const __nv_bfloat16* {  // lane g's token row, or null
-    if (per_warp == 0 || at.q >= n_groups) return nullptr;
-    const int j = g2j[at.q];
-    const int first = toff[j] + (at.q - gprefix[j]) * kTokenGroup;
-    if (first + g >= toff[j + 1]) return nullptr;
-    return p.hidden + size_t(sorted_token[first + g]) * p.hidden_size + (warp + at.c * kGemm1Warps) * kDecodeChunkK +
-           32 * t;
+  StridedPos act_item = first_item;
+  int act_chunk = 0;
+  const __nv_bfloat16* act_src = activation_source(act_item);
+  auto load_next_activations = [&](uint32_t (&b)[16]) {  // the activation cursor's step, then advance it
+    load_activations(act_src, b);
+    act_src += kGemm1Warps * kDecodeChunkK;
+    if (per_warp > 0 && ++act_chunk == per_warp) {
+      act_chunk = 0;
+      walk.next(act_item);
+      act_src = activation_source(act_item);
+    }
   };
-  for (int s = 0; s < kStages1 - 1; ++s) issue();
+  for (int s = 0; s < kStages - 1; ++s) issue();
   uint32_t b_even[16], b_odd[16];  // activations two steps ahead, used alternately (no register moves)
-  load_activations(activations_of(prefetch_b), b_even);
-  advance(prefetch_b);
-  load_activations(activations_of(prefetch_b), b_odd);
-  advance(prefetch_b);
-  const uint8_t* stage = my_ring;
-  int parity = 0;
+  load_next_activations(b_even);
+  load_next_activations(b_odd);
+  int read_slot = 0, parity = 0;
   float acc[MT][4] = {};
   auto step = [&](uint32_t (&b)[16], float w4a4_scale) {
-    cp_async_wait<kStages1 - 2>();
+    cp_async_wait<kStages - 2>();
     issue();
     if constexpr (MT == 2) quantize_activations_w4a4(w4a4_scale, b);
+    const uint8_t* stage = my_ring + read_slot * kStageBytes;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const uint8_t* tile = stage + mt * kDecodeBlockBytes;
-      mma_chunk(acc[mt], *reinterpret_cast<const uint4*>(tile + lane * 32),
-                *reinterpret_cast<const uint4*>(tile + lane * 32 + 16),
-                *reinterpret_cast<const uint32_t*>(tile + kDecodeScaleOffset + lane * 4), lut, b);
+      const LaneBlock block = read_lane_block(tile, lane);
+      mma_chunk(acc[mt], block.row0, block.row1, block.scales, lut, b);
     }
-    stage = stage + MT * kDecodeBlockBytes == ring_end ? my_ring : stage + MT * kDecodeBlockBytes;
-    load_activations(activations_of(prefetch_b), b);  // this buffer now fetches the step two ahead
-    advance(prefetch_b);
+    read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
+    load_next_activations(b);  // this buffer now fetches the step two ahead
     parity ^= 1;
   };
-  for (int item_index = 0; cur.q < n_groups; ++item_index) {
-    const int j = g2j[cur.q];
-    const int e = touched[j];
-    const int first = toff[j] + (cur.q - gprefix[j]) * kTokenGroup;
-    const int ntok = min(kTokenGroup, toff[j + 1] - first);
-    const int rb = cur.rb;
-    const float w4a4_scale = MT == 2 ? p.in_scale[e] : 0.0f;
+  int item_index = 0;
+  for (StridedPos cur = first_item; cur.outer < n_groups; walk.next(cur), ++item_index) {
+    const int q = cur.outer, rb = cur.inner;
+    const float w4a4_scale = MT == 2 ? p.in_scale[touched[g2j[q]]] : 0.0f;
     for (int c = 0; c < per_warp; ++c) {
       if (parity == 0) step(b_even, w4a4_scale);
       else step(b_odd, w4a4_scale);
-      advance(cur);
-    }
-    if (per_warp == 0) {  // this warp has no chunk of this item (H < 8 chunks): its cursor moves alone
-      cur.q += stride_q, cur.rb += stride_rb;
-      if (cur.rb >= row_blocks) cur.rb -= row_blocks, ++cur.q;
     }
     // The item's partial sums meet in shared memory (two buffers by item parity: the next item's
     // writes cannot overtake this item's reader, who is held at the next barrier).
-    float* my_red = red + ((size_t(item_index & 1) * kGemm1Warps + warp) * 32 + lane) * 4 * MT;
+    const int buf = item_index & 1;
+    float* my_red = red + ((size_t(buf) * kGemm1Warps + warp) * 32 + lane) * 4 * MT;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -439,13 +484,17 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, 2) fused_gemm1_kernel(Gemm1P
     // Epilogue (one warp per item, rotating): lane holds gate (row g) and up (row g + 8) of h column
     // 8 * (MT rb + mt) + g for token columns 2t + q.
     float sum[MT][4];
-    const float* item_red = red + size_t(item_index & 1) * kGemm1Warps * 32 * 4 * MT;
+    const float* item_red = red + size_t(buf) * kGemm1Warps * 32 * 4 * MT;
 #pragma unroll
     for (int i = 0; i < 4 * MT; ++i) {
       float v = item_red[lane * 4 * MT + i];
       for (int w = 1; w < kGemm1Warps; ++w) v = __fadd_rn(v, item_red[(w * 32 + lane) * 4 * MT + i]);
       sum[i / 4][i % 4] = v;
     }
+    const int j = g2j[q];
+    const int e = touched[j];
+    const int first = toff[j] + (q - gprefix[j]) * kTokenGroup;
+    const int ntok = min(kTokenGroup, toff[j + 1] - first);
     const float in_scale = MT == 2 ? p.in_scale[e] : 1.0f;
     const float fg = __fmul_rn(__fmul_rn(p.gate_scale2[e], kScaleLutCompensation), in_scale);
     const float fu = __fmul_rn(__fmul_rn(p.up_scale2[e], kScaleLutCompensation), in_scale);
@@ -485,107 +534,116 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) fused_gemm2_kernel(Gemm2Para
   extern __shared__ __align__(16) uint8_t smem[];
   const Gemm2Smem L = gemm2_smem(p.tk_cap);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + L.lut);
-  uint8_t* ring = smem + L.ring;
   float* acc_all = reinterpret_cast<float*>(smem + L.acc);
   int16_t* touched = reinterpret_cast<int16_t*>(smem + L.touched);
   int16_t* toff = reinterpret_cast<int16_t*>(smem + L.toff);
   int16_t* sorted = reinterpret_cast<int16_t*>(smem + L.sorted);
-  float* weights = reinterpret_cast<float*>(smem + L.weights);
-  float* factors = reinterpret_cast<float*>(smem + L.factor);
   int16_t* sorted_token = reinterpret_cast<int16_t*>(smem + L.sorted_token);
+  float* slot_factor = reinterpret_cast<float*>(smem + L.slot_factor);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int T = p.tokens, K = p.top_k, TK = T * K;
+  const int T = p.tokens, K = p.top_k;
 
   for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = scale_lut_entry(i);
+  pdl_wait_for_primary();  // launch 1's routing record and h are complete and visible from here on
   const int n_touched = *p.record.num_touched;
-  for (int i = threadIdx.x; i < n_touched; i += blockDim.x) {
-    const int e = p.record.touched[i];
-    touched[i] = static_cast<int16_t>(e);
-    const float in_scale = p.in_scale ? p.in_scale[e] : 1.0f;
-    factors[i] = __fmul_rn(__fmul_rn(p.down_scale2[e], kScaleLutCompensation), in_scale);
-  }
   for (int i = threadIdx.x; i <= n_touched; i += blockDim.x) toff[i] = static_cast<int16_t>(p.record.toff[i]);
-  for (int i = threadIdx.x; i < TK; i += blockDim.x) {
-    sorted[i] = static_cast<int16_t>(p.record.sorted[i]);
-    sorted_token[i] = static_cast<int16_t>(p.record.sorted[i] / K);
-    weights[i] = p.record.weights[i];
+  for (int i = threadIdx.x; i < n_touched; i += blockDim.x) touched[i] = static_cast<int16_t>(p.record.touched[i]);
+  __syncthreads();
+  // Per sorted slot: its token and the factor weight * down_scale2 * 2^9 (* input scale) of its expert.
+  for (int j = threadIdx.x; j < n_touched; j += blockDim.x) {
+    const int e = touched[j];
+    const float in_scale = p.in_scale ? p.in_scale[e] : 1.0f;
+    const float factor = __fmul_rn(__fmul_rn(p.down_scale2[e], kScaleLutCompensation), in_scale);
+    for (int i = toff[j]; i < toff[j + 1]; ++i) {
+      const int slot = p.record.sorted[i];
+      sorted[i] = static_cast<int16_t>(slot);
+      sorted_token[i] = static_cast<int16_t>(slot / K);
+      slot_factor[i] = __fmul_rn(p.record.weights[slot], factor);
+    }
   }
   __syncthreads();
 
+  // Units = (touched expert j, K chunk kc of I), u = j * chunks + kc; warp w takes u = w, w + 8, ...
   const int chunks = p.inter / kDecodeChunkK;
   const int tiles = p.hidden_size / kDecodeTileRows;
   const size_t expert_stride = size_t(tiles) * chunks * kDecodeBlockBytes;
   const int units = n_touched * chunks;
   const int my_units = units > warp ? (units - warp + kGemm2Warps - 1) / kGemm2Warps : 0;
-  uint8_t* my_ring = ring + warp * kStages2 * kStage2Bytes;
+  const StridedWalk walk = StridedWalk::of(kGemm2Warps, chunks);  // (j, kc) units
+  const StridedPos first_unit = walk.at(warp);
+  uint8_t* const my_ring = smem + L.ring + size_t(warp) * kStages2 * kDecodeBlockBytes + lane * 16;
   float* acc = acc_all + size_t(warp) * kFusedDecodeMaxTokens * 16;  // [token][16 rows]
-  // h of the unit's first token tile (lane g's token), for unit i of this warp; null past the end.
-  auto h_row = [&](int i) -> const __nv_bfloat16* {
-    if (i >= my_units) return nullptr;
-    const int u = warp + i * kGemm2Warps;
-    const int j = divide(u, p.chunks_magic);
-    if (g >= toff[j + 1] - toff[j]) return nullptr;
-    return p.h + size_t(sorted[toff[j] + g]) * p.inter + (u - j * chunks) * kDecodeChunkK + 32 * t;
+  // Lane (g, t)'s h for a unit: the row of the expert's first-tile slot g (or of its slot 0), chunk kc.
+  auto h_source = [&](const StridedPos& at) -> const __nv_bfloat16* {
+    const int j = at.outer, kc = at.inner;
+    if (j >= n_touched) return p.h + 32 * t;  // past the last unit: never used
+    const int first = toff[j];
+    const int slot = g < toff[j + 1] - first ? sorted[first + g] : sorted[first];
+    return p.h + size_t(slot) * p.inter + kc * kDecodeChunkK + 32 * t;
   };
   for (int rb = blockIdx.x; rb < tiles; rb += gridDim.x) {
     for (int i = lane; i < T * 16; i += 32) acc[i] = 0.0f;
     __syncwarp();
-    auto block_of = [&](int i) {
-      const int u = warp + i * kGemm2Warps;
-      const int j = divide(u, p.chunks_magic);
-      return p.w2 + size_t(touched[j]) * expert_stride + (size_t(rb) * chunks + (u - j * chunks)) * kDecodeBlockBytes;
+    const uint8_t* const w2_rows = p.w2 + size_t(rb) * chunks * kDecodeBlockBytes + lane * 16;
+    StridedPos fetch = first_unit;
+    int fetched = 0, fill_slot = 0;
+    auto issue = [&]() {
+      if (fetched < my_units) {
+        copy_lane_bytes(my_ring + fill_slot * kDecodeBlockBytes,
+                        w2_rows + size_t(touched[fetch.outer]) * expert_stride + fetch.inner * kDecodeBlockBytes, lane);
+        walk.next(fetch);
+        ++fetched;
+      }
+      cp_async_commit();
+      fill_slot = fill_slot + 1 == kStages2 ? 0 : fill_slot + 1;
     };
-#pragma unroll
-    for (int s = 0; s < kStages2 - 1; ++s) {
-      if (s < my_units) copy_block(my_ring + s * kStage2Bytes, block_of(s), lane);
-      cp_async_commit();
-    }
-    // The first token tile's h runs two units ahead in registers (it comes from L2: written by launch
-    // 1), in two buffers used alternately.
+    for (int s = 0; s < kStages2 - 1; ++s) issue();
+    // The first token tile's h runs two units ahead in registers (it comes from L2: written by launch 1),
+    // in two buffers used alternately.
+    StridedPos act = first_unit;
     uint32_t b_even[16], b_odd[16];
-    load_activations(h_row(0), b_even);
-    load_activations(h_row(1), b_odd);
-    const uint8_t* stage = my_ring;
-    uint8_t* fill = my_ring + (kStages2 - 1) * kStage2Bytes;
-    auto step = [&](int i, uint32_t (&b_tile0)[16]) {
+    load_activations(h_source(act), b_even);
+    walk.next(act);
+    load_activations(h_source(act), b_odd);
+    walk.next(act);
+    StridedPos cur = first_unit;
+    int read_slot = 0;
+    auto step = [&](uint32_t (&b_tile0)[16]) {
       cp_async_wait<kStages2 - 2>();
-      if (i + kStages2 - 1 < my_units) copy_block(fill, block_of(i + kStages2 - 1), lane);
-      cp_async_commit();
-      fill = fill + kStage2Bytes == my_ring + kStages2 * kStage2Bytes ? my_ring : fill + kStage2Bytes;
-      const int u = warp + i * kGemm2Warps;
-      const int j = divide(u, p.chunks_magic), kc = u - j * chunks;
-      const int first = toff[j], ntok = toff[j + 1] - first;
-      const uint4 row0 = *reinterpret_cast<const uint4*>(stage + lane * 32);
-      const uint4 row1 = *reinterpret_cast<const uint4*>(stage + lane * 32 + 16);
-      const uint32_t codes = *reinterpret_cast<const uint32_t*>(stage + kDecodeScaleOffset + lane * 4);
-      stage = stage + kStage2Bytes == my_ring + kStages2 * kStage2Bytes ? my_ring : stage + kStage2Bytes;
-      const float factor = factors[j];
+      issue();
+      const uint8_t* stage = my_ring + read_slot * kDecodeBlockBytes;
+      read_slot = read_slot + 1 == kStages2 ? 0 : read_slot + 1;
+      const LaneBlock block = read_lane_block(stage, lane);
+      const int first = toff[cur.outer], ntok = toff[cur.outer + 1] - first;
       for (int nt = 0; nt * 8 < ntok; ++nt) {
         float part[4] = {};
         if (nt == 0) {
-          mma_chunk(part, row0, row1, codes, lut, b_tile0);
+          mma_chunk(part, block.row0, block.row1, block.scales, lut, b_tile0);
         } else {  // more than 8 tokens on this expert (rare at decode): load in place
           const int c = nt * 8 + g;
           uint32_t b_more[16];
-          load_activations(c < ntok ? p.h + size_t(sorted[first + c]) * p.inter + kc * kDecodeChunkK + 32 * t : nullptr,
+          load_activations(p.h + size_t(sorted[c < ntok ? first + c : first]) * p.inter + cur.inner * kDecodeChunkK + 32 * t,
                            b_more);
-          mma_chunk(part, row0, row1, codes, lut, b_more);
+          mma_chunk(part, block.row0, block.row1, block.scales, lut, b_more);
         }
 #pragma unroll
         for (int qq = 0; qq < 2; ++qq) {
           const int col = nt * 8 + 2 * t + qq;
           if (col >= ntok) continue;
-          const float f = __fmul_rn(weights[sorted[first + col]], factor);
+          const float f = slot_factor[first + col];
           float* a = acc + sorted_token[first + col] * 16;
           a[g] = __fadd_rn(a[g], __fmul_rn(part[qq], f));
           a[g + 8] = __fadd_rn(a[g + 8], __fmul_rn(part[2 + qq], f));
         }
       }
-      load_activations(h_row(i + 2), b_tile0);  // this buffer now fetches the unit two ahead
+      __syncwarp();  // the next unit's lanes may add to the same token's accumulators
+      walk.next(cur);
+      load_activations(h_source(act), b_tile0);  // this buffer now fetches the unit two ahead
+      walk.next(act);
     };
     for (int i = 0; i < my_units; i += 2) {
-      step(i, b_even);
-      if (i + 1 < my_units) step(i + 1, b_odd);
+      step(b_even);
+      if (i + 1 < my_units) step(b_odd);
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -660,10 +718,12 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy2, fused_gemm2_kernel, kGemm2Warps * 32,
                                                                   plan.gemm2_smem));
   FP4MOE_CHECK(occupancy1 >= 1 && occupancy2 >= 1, "fused decode: the kernels cannot be resident on this device");
-  // Two CTAs per SM even where three fit: launch 1's items come in rounds over the grid, and with K
-  // split over 8 warps a single token's 10 experts x 64 tiles = 640..1280 items make 4.85 rounds on
-  // 264 CTAs (the last round 85 % full) but 3.2 on 396 (the last one 23 % full, 24 % longer).
-  plan.gemm1_grid = std::min(occupancy1, 2) * multiprocessors;
+  // Persistent grid, every CTA resident. Items come in rounds over the grid: one token's 10 experts x 128
+  // tiles = 1280 items are 3.2 rounds on 396 CTAs, so the longest CTA does 4 items (16 steps per warp).
+  plan.gemm1_grid = std::min(occupancy1, ctas_per_sm1(w4a4 ? 2 : 1)) * multiprocessors;
+  int major = 0;
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  plan.programmatic_launch = major >= 9;
   plan.gemm2_grid = static_cast<int>(std::min<int64_t>(problem.hidden / kDecodeTileRows, int64_t(occupancy2) * multiprocessors));
   return plan;
 }
@@ -709,10 +769,18 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p2.h = ws.h;
     p2.record = ws.record;
     p2.tokens = T, p2.hidden_size = H, p2.inter = I, p2.top_k = K, p2.tk_cap = tk_cap;
-    p2.chunks_magic = division_magic(I / kDecodeChunkK);
     p2.out = out + t0 * H;
-    fused_gemm2_kernel<<<plan.gemm2_grid, kGemm2Warps * 32, plan.gemm2_smem, stream>>>(p2);
-    FP4MOE_CUDA_CHECK_LAUNCH();
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(plan.gemm2_grid));
+    config.blockDim = dim3(kGemm2Warps * 32);
+    config.dynamicSmemBytes = plan.gemm2_smem;
+    config.stream = stream;
+    cudaLaunchAttribute programmatic{};
+    programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    programmatic.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &programmatic;
+    config.numAttrs = plan.programmatic_launch ? 1 : 0;
+    FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, fused_gemm2_kernel, p2));
   }
 }
 

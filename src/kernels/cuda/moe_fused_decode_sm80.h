@@ -37,6 +37,7 @@ struct FusedDecodePlan {
   int gemm2_grid = 0;
   size_t gemm1_smem = 0;
   size_t gemm2_smem = 0;
+  bool programmatic_launch = false;  // SM90+: launch 2 overlaps launch 1's tail (programmatic dependent launch)
 };
 
 // Sets the kernels' shared-memory attributes on the current device and sizes the persistent grids.

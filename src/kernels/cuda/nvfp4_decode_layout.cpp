@@ -43,7 +43,7 @@ void repack_nvfp4_for_decode(const Nvfp4View& m, const std::vector<int64_t>& sou
           uint32_t word = 0;
           for (int k = 0; k < 4; ++k)
             for (int h = 0; h < 2; ++h) word |= place_code(code(col0 + 8 * j + 2 * k + h), k, h);
-          uint8_t* dst = block + lane * 32 + half_row * 16 + 4 * j;
+          uint8_t* dst = block + decode_code_offset(static_cast<int>(lane), static_cast<int>(half_row)) + 4 * j;
           for (int b = 0; b < 4; ++b) dst[b] = static_cast<uint8_t>(word >> (8 * b));
         }
         uint8_t* sdst = block + kDecodeScaleOffset + lane * 4 + 2 * half_row;

@@ -8,7 +8,10 @@
 // same for weights and activations) does not change the result beyond fp32 summation order.
 //
 // One block of 1152 bytes per (16-row tile, 128-column chunk), tiles outer, chunks inner:
-//   bytes [0, 1024):    lane l (32 x 32 bytes): row0 = 16*tile + g (16 bytes), then row1 = row0 + 8;
+//   bytes [0, 512):     lane l's 16 bytes of row0 = 16*tile + g at 16 l;
+//   bytes [512, 1024):  lane l's 16 bytes of row1 = row0 + 8 at 512 + 16 l (decode_code_offset): a warp's
+//                       16-byte copies and loads each cover 512 contiguous bytes, so they are coalesced
+//                       and free of shared-memory bank conflicts;
 //                       word j (bytes 4j..4j+3, little endian) of a row holds lane columns 8j..8j+7;
 //   bytes [1024, 1152): lane l (32 x 4 bytes): E4M3 scales (row0, blk 2t), (row0, 2t+1), (row1, 2t),
 //                       (row1, 2t+1) of the chunk.
@@ -35,8 +38,14 @@ inline constexpr int kDecodeTileRows = 16;    // N granularity (one mma M tile)
 inline constexpr int kDecodeChunkK = 128;     // K granularity
 inline constexpr int kDecodeBlockBytes = 1152;  // one (tile, chunk): 1024 code bytes + 128 scale bytes
 inline constexpr int kDecodeScaleOffset = 1024;
+inline constexpr int kDecodeHalfBytes = 512;  // the code bytes of row halves 0 (rows g) and 1 (rows g + 8)
 static_assert(kDecodeBlockBytes == kDecodeTileRows * kDecodeChunkK / 2 + kDecodeTileRows * kDecodeChunkK / 16,
               "the layout keeps the checkpoint's bytes: N*K/2 codes + N*K/16 scales");
+
+// Byte offset of lane l's 16 code bytes of row half h (0: row g, 1: row g + 8) inside a block.
+FP4MOE_HOST_DEVICE constexpr int decode_code_offset(int lane, int half_row) {
+  return half_row * kDecodeHalfBytes + lane * 16;
+}
 
 // Left shifts (negative: right) that bring output k's magnitude bits and sign bit into place.
 inline constexpr int kDecodeMagShift[4] = {0, 3, 6, -3};

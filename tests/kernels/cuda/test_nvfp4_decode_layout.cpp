@@ -45,7 +45,7 @@ TEST(Nvfp4DecodeLayout, DecodedWordsAreTheDocumentedElements) {
           const int64_t row = order[16 * tile + 8 * half_row + g];
           for (int j = 0; j < 4; ++j) {
             uint32_t word;
-            std::memcpy(&word, block + lane * 32 + half_row * 16 + 4 * j, 4);
+            std::memcpy(&word, block + decode_code_offset(lane, half_row) + 4 * j, 4);
             uint32_t decoded[4];
             decode_word(word, decoded);
             for (int k = 0; k < 4; ++k) {
