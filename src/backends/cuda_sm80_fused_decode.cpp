@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/backend_checks.h"
+#include "backends/pipeline_parts.h"
 #include "common/error.h"
 #include "common/parallel.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -48,13 +49,7 @@ class PreparedFusedDecode final : public PreparedMoe {
     });
     w13_ = DeviceBuffer::from_host(w13);
     w2_ = DeviceBuffer::from_host(w2);
-    gate_scale2_ = DeviceBuffer::from_host(weights.gate_scale2);
-    up_scale2_ = DeviceBuffer::from_host(weights.up_scale2);
-    down_scale2_ = DeviceBuffer::from_host(weights.down_scale2);
-    if (problem.activation_mode == ActivationMode::kW4A4) {
-      w13_input_scale_ = DeviceBuffer::from_host(weights.w13_input_scale);
-      w2_input_scale_ = DeviceBuffer::from_host(weights.w2_input_scale);
-    }
+    scales_ = upload_tensor_scales(weights);
     workspace_bytes_ = moe_fused_decode_workspace_bytes(problem);
   }
 
@@ -70,11 +65,11 @@ class PreparedFusedDecode final : public PreparedMoe {
     FusedDecodeWeights w;
     w.w13 = w13_.as<uint8_t>();
     w.w2 = w2_.as<uint8_t>();
-    w.gate_scale2 = gate_scale2_.as<float>();
-    w.up_scale2 = up_scale2_.as<float>();
-    w.down_scale2 = down_scale2_.as<float>();
-    w.w13_input_scale = w13_input_scale_.as<float>();
-    w.w2_input_scale = w2_input_scale_.as<float>();
+    w.gate_scale2 = scales_.gate_scale2.as<float>();
+    w.up_scale2 = scales_.up_scale2.as<float>();
+    w.down_scale2 = scales_.down_scale2.as<float>();
+    w.w13_input_scale = scales_.w13_input_scale.as<float>();
+    w.w2_input_scale = scales_.w2_input_scale.as<float>();
     FusedDecodeRun r;
     r.hidden = args.hidden;
     r.router_logits = args.router_logits;
@@ -90,7 +85,8 @@ class PreparedFusedDecode final : public PreparedMoe {
   int64_t max_tokens_;
   FusedDecodePlan plan_;
   size_t workspace_bytes_ = 0;
-  DeviceBuffer w13_, w2_, gate_scale2_, up_scale2_, down_scale2_, w13_input_scale_, w2_input_scale_;
+  DeviceBuffer w13_, w2_;
+  DeviceTensorScales scales_;
 };
 
 class CudaSm80FusedDecodeBackend final : public MoeBackend {

@@ -13,6 +13,16 @@ size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace
 
+DeviceTensorScales upload_tensor_scales(const MoeWeights& weights) {
+  DeviceTensorScales d;
+  d.gate_scale2 = DeviceBuffer::from_host(weights.gate_scale2);
+  d.up_scale2 = DeviceBuffer::from_host(weights.up_scale2);
+  d.down_scale2 = DeviceBuffer::from_host(weights.down_scale2);
+  d.w13_input_scale = DeviceBuffer::from_host(weights.w13_input_scale);
+  d.w2_input_scale = DeviceBuffer::from_host(weights.w2_input_scale);
+  return d;
+}
+
 DeviceExpertWeights upload_repacked_expert_weights(const MoeWeights& weights, Nvfp4RepackFn repack) {
   const int64_t E = weights.num_experts, H = weights.hidden, I = weights.inter;
   const size_t w13_bytes = static_cast<size_t>(2 * I * H / 2), w13_sbytes = static_cast<size_t>(2 * I * H / 16);
@@ -32,11 +42,7 @@ DeviceExpertWeights upload_repacked_expert_weights(const MoeWeights& weights, Nv
   d.w13_scales = DeviceBuffer::from_host(w13s);
   d.w2 = DeviceBuffer::from_host(w2);
   d.w2_scales = DeviceBuffer::from_host(w2s);
-  d.gate_scale2 = DeviceBuffer::from_host(weights.gate_scale2);
-  d.up_scale2 = DeviceBuffer::from_host(weights.up_scale2);
-  d.down_scale2 = DeviceBuffer::from_host(weights.down_scale2);
-  d.w13_input_scale = DeviceBuffer::from_host(weights.w13_input_scale);
-  d.w2_input_scale = DeviceBuffer::from_host(weights.w2_input_scale);
+  static_cast<DeviceTensorScales&>(d) = upload_tensor_scales(weights);
   return d;
 }
 

@@ -1,6 +1,7 @@
-// Host-side parts shared by the CUDA backends built as route -> align -> gather -> grouped GEMM1 ->
-// grouped GEMM2 -> combine (cuda.sm80.pipeline.v1, cuda.sm90.prefill.v1): the upload of the expert
-// weights after a backend's own repack, and the workspace those stages use.
+// Host-side parts shared by the CUDA backends: the upload of the per-expert tensor scales (every CUDA
+// backend), and for those built as route -> align -> gather -> grouped GEMM1 -> grouped GEMM2 -> combine
+// (cuda.sm80.pipeline.v1, cuda.sm90.prefill.v1) the upload of the expert weights after a backend's own
+// repack and the workspace those stages use.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -18,11 +19,17 @@ namespace fp4moe {
 using Nvfp4RepackFn = void (*)(const Nvfp4View& m, std::span<const int64_t> source_rows, uint8_t* packed_out,
                                uint8_t* scales_out);
 
+// The per-expert fp32 tensor scales [E] on the current device (the input scales are empty for W4A16
+// checkpoints that have none).
+struct DeviceTensorScales {
+  DeviceBuffer gate_scale2, up_scale2, down_scale2, w13_input_scale, w2_input_scale;
+};
+DeviceTensorScales upload_tensor_scales(const MoeWeights& weights);
+
 // Every expert's W13 (rows interleaved [gate 8 | up 8], gate_up_interleaved_rows) and W2 repacked on
 // the host in parallel over experts, then uploaded to the current device with the tensor scales.
-struct DeviceExpertWeights {
+struct DeviceExpertWeights : DeviceTensorScales {
   DeviceBuffer w13, w13_scales, w2, w2_scales;  // [E][...] in the backend's layout
-  DeviceBuffer gate_scale2, up_scale2, down_scale2, w13_input_scale, w2_input_scale;  // [E] fp32
 };
 DeviceExpertWeights upload_repacked_expert_weights(const MoeWeights& weights, Nvfp4RepackFn repack);
 

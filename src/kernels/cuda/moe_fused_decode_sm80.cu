@@ -22,6 +22,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "kernels/cuda/common/block_scan.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/moe_fused_decode_sm80.h"
@@ -80,7 +81,7 @@ __host__ __device__ inline Gemm1Smem gemm1_smem(int num_experts, int tk_cap, int
   s.route_ids = s.red + size_t(2) * kGemm1Warps * 32 * 4 * mt * 4;
   s.route_weights = s.route_ids + kGemm1Warps * 32 * 4;
   s.scan = s.route_weights + kGemm1Warps * 32 * 4;
-  s.counts = s.scan + (kGemm1Warps + 1) * 8;
+  s.counts = s.scan + kGemm1Warps * 8;  // scan scratch: one uint64 per warp
   s.ids = align16(s.counts + size_t(num_experts) * 4);
   s.sorted = align16(s.ids + size_t(tk_cap) * 2);
   s.touched = align16(s.sorted + size_t(tk_cap) * 2);
@@ -256,26 +257,6 @@ struct StridedWalk {
   }
 };
 
-// Block-wide exclusive scan of one uint64 per thread; `scratch` holds kGemm1Warps + 1 values.
-__device__ uint64_t block_exclusive_scan(uint64_t value, uint64_t* scratch, uint64_t& total) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  uint64_t inclusive = value;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const uint64_t other = __shfl_up_sync(0xFFFFFFFFu, inclusive, offset);
-    if (lane >= offset) inclusive += other;
-  }
-  if (lane == 31) scratch[warp] = inclusive;
-  __syncthreads();
-  uint64_t before = 0, all = 0;
-  for (int w = 0; w < kGemm1Warps; ++w) {
-    if (w < warp) before += scratch[w];
-    all += scratch[w];
-  }
-  total = all;
-  return before + inclusive - value;
-}
-
 // Per-expert totals packed for one scan: sorted slots | touched experts << 21 | token groups << 42.
 __device__ __forceinline__ uint64_t pack_counts(int slots) {
   return slots == 0 ? 0ull
@@ -333,7 +314,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   uint64_t local = 0;
   for (int e = e_begin; e < e_end; ++e) local += pack_counts(counts[e]);
   uint64_t total = 0;
-  uint64_t running = block_exclusive_scan(local, scan, total);
+  uint64_t running = block_exclusive_scan<kGemm1Warps>(local, scan, total);
   for (int e = e_begin; e < e_end; ++e) {
     const int c = counts[e];
     if (c == 0) continue;

@@ -17,6 +17,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "kernels/cuda/common/block_scan.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/moe_route_device.cuh"
 #include "kernels/cuda/moe_route_permute.h"
@@ -49,37 +50,8 @@ struct AlignParams {
   int tile_m;
 };
 
-// Block-wide exclusive scan of one int per thread (blockDim = kAlignWarps * 32); returns the total.
-__device__ int block_exclusive_scan(int value, int* scratch, int& total) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int inclusive = value;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const int other = __shfl_up_sync(0xFFFFFFFFu, inclusive, offset);
-    if (lane >= offset) inclusive += other;
-  }
-  if (lane == 31) scratch[warp] = inclusive;
-  __syncthreads();
-  if (warp == 0) {
-    int w = lane < kAlignWarps ? scratch[lane] : 0;
-    int inc = w;
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const int other = __shfl_up_sync(0xFFFFFFFFu, inc, offset);
-      if (lane >= offset) inc += other;
-    }
-    if (lane < kAlignWarps) scratch[lane] = inc - w;
-    if (lane == kAlignWarps - 1) scratch[kAlignWarps] = inc;
-  }
-  __syncthreads();
-  const int result = scratch[warp] + inclusive - value;
-  total = scratch[kAlignWarps];
-  __syncthreads();
-  return result;
-}
-
 __global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) {
-  extern __shared__ int align_smem[];  // hist [kAlignWarps][E], then scan scratch
+  extern __shared__ int align_smem[];  // hist [kAlignWarps][E], scan scratch [kAlignWarps], unused, row/tile bases
   const int E = p.num_experts;
   int* hist = align_smem;
   int* scratch = hist + kAlignWarps * E;
@@ -113,10 +85,10 @@ __global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) 
       for (int w = 0; w < kAlignWarps; ++w) count += hist[w * E + e];
     }
     int total = 0;
-    const int offset = block_exclusive_scan(count, scratch, total);
+    const int offset = block_exclusive_scan<kAlignWarps>(count, scratch, total);
     const int tiles = (count + p.tile_m - 1) / p.tile_m;
     int tiles_total = 0;
-    const int tile_offset = block_exclusive_scan(tiles, scratch, tiles_total);
+    const int tile_offset = block_exclusive_scan<kAlignWarps>(tiles, scratch, tiles_total);
     const int row_base = scratch[kAlignWarps + 1];    // rows before this batch of experts
     const int tile_base = scratch[kAlignWarps + 2];  // tiles before this batch of experts
     if (e < E) {
