@@ -1,9 +1,11 @@
-// cuda.sm90.prefill.v1 (see cuda_sm90_prefill.h): host side. prepare() validates, repacks the weights
-// for the sm_90a GEMM (parallel over experts) and uploads them; run() only launches kernels on the
-// caller's stream: no allocation, no host synchronization, CUDA-graph capturable, deterministic.
+// cuda.sm90.prefill.v1 (see cuda_sm90_prefill.h): host side. prepare() validates, picks the GEMM
+// kernel, repacks the weights for it (parallel over experts) and uploads them; run() only launches
+// kernels on the caller's stream: no allocation, no host synchronization, CUDA-graph capturable,
+// deterministic. The token tile of the register-weight kernel depends on T only (never on the grid).
 #include "backends/cuda_sm90_prefill.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backends/backend_checks.h"
@@ -18,6 +20,31 @@ namespace {
 
 constexpr std::string_view kId = "cuda.sm90.prefill.v1";
 
+// Which grouped GEMM runs. kRegw (weights dequantized into wgmma registers, token tile per call) is
+// the default for W4A16; W4A4 needs kSmem (its GEMM1 epilogue quantizes h along the lane quads of the
+// smem kernel's accumulator layout). FP4MOE_SM90_PREFILL_KERNEL = "smem" | "regw" | "regw64" |
+// "regw128" | "regw256" overrides it for measurements (unset or "auto": the default; anything else
+// is an error at prepare()).
+struct KernelChoice {
+  bool regw = true;
+  int fixed_tile_tokens = 0;  // 0: sm90_regw_choose_tile_tokens per call
+};
+KernelChoice choose_kernel(ActivationMode mode) {
+  KernelChoice c;
+  c.regw = mode != ActivationMode::kW4A4;
+  const char* env = std::getenv("FP4MOE_SM90_PREFILL_KERNEL");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "auto") return c;
+  if (v == "smem") return KernelChoice{false, 0};
+  FP4MOE_CHECK(v == "regw" || v == "regw64" || v == "regw128" || v == "regw256", "cuda.sm90.prefill: FP4MOE_SM90_PREFILL_KERNEL=",
+               v, " is not smem, regw, regw64, regw128, regw256 or auto");
+  FP4MOE_CHECK(mode != ActivationMode::kW4A4, "cuda.sm90.prefill: W4A4 runs only the smem kernel (FP4MOE_SM90_PREFILL_KERNEL=",
+               v, ")");
+  c.regw = true;
+  c.fixed_tile_tokens = v == "regw" ? 0 : std::stoi(v.substr(4));
+  return c;
+}
+
 class PreparedSm90Prefill final : public PreparedMoe {
  public:
   PreparedSm90Prefill(const MoeProblem& problem, const MoeWeights& weights, int64_t max_tokens, const DeviceInfo& device)
@@ -25,15 +52,22 @@ class PreparedSm90Prefill final : public PreparedMoe {
         max_tokens_(max_tokens),
         device_(device.ordinal),
         num_sms_(device.multiprocessors),
-        workspace_(problem, max_tokens, kSm90TileM, 0) {
+        choice_(choose_kernel(problem.activation_mode)),
+        workspace_(problem, max_tokens, choice_.regw ? kSm90RegwSmallestTileTokens : kSm90TileM, 0) {
     const int64_t E = problem.num_experts, H = problem.hidden, I = problem.inter, K = problem.top_k;
-    FP4MOE_CHECK(moe_max_tiles(max_tokens, static_cast<int>(K), static_cast<int>(E), kSm90TileM) * (std::max(2 * I, H) / kSm90TileN) <
+    const int smallest_tile = choice_.regw ? kSm90RegwSmallestTileTokens : kSm90TileM;
+    FP4MOE_CHECK(moe_max_tiles(max_tokens, static_cast<int>(K), static_cast<int>(E), smallest_tile) *
+                         (std::max(2 * I, H) / std::min(kSm90TileN, kSm90RegwTileN)) <
                      (int64_t{1} << 31),
                  "cuda.sm90.prefill: max_tokens ", max_tokens, " is too large for the work-item count");
     FP4MOE_CUDA_CHECK(cudaSetDevice(device_));
-    configure_sm90_grouped_gemm_kernels();
-
-    weights_ = upload_repacked_expert_weights(weights, repack_nvfp4_for_sm90);
+    if (choice_.regw) {
+      configure_sm90_regw_kernels();
+      weights_ = upload_repacked_expert_weights(weights, repack_nvfp4_for_sm90_regw);
+    } else {
+      configure_sm90_grouped_gemm_kernels();
+      weights_ = upload_repacked_expert_weights(weights, repack_nvfp4_for_sm90);
+    }
   }
 
   size_t workspace_bytes() const override { return workspace_.bytes(); }
@@ -54,7 +88,10 @@ class PreparedSm90Prefill final : public PreparedMoe {
 
     launch_moe_route(problem_.routing, args.router_logits, args.correction_bias, T, route.topk_ids,
                      route.topk_weights, stream);
-    launch_moe_align(route, T, K, E, kSm90TileM, stream);
+    const int tile_m = !choice_.regw              ? kSm90TileM
+                       : choice_.fixed_tile_tokens ? choice_.fixed_tile_tokens
+                                                   : sm90_regw_choose_tile_tokens(T, K, E);
+    launch_moe_align(route, T, K, E, tile_m, stream);
     launch_moe_gather(args.hidden, route, T, K, E, H, w4a4 ? weights_.w13_input_scale.as<float>() : nullptr, ws.rows,
                       stream);
 
@@ -70,10 +107,14 @@ class PreparedSm90Prefill final : public PreparedMoe {
     g1.input_scale = w4a4 ? weights_.w13_input_scale.as<float>() : nullptr;
     g1.out_scale = weights_.w2_input_scale.as<float>();
     g1.route = route;
-    g1.max_tiles = moe_max_tiles(T, K, E, kSm90TileM);
+    g1.max_tiles = moe_max_tiles(T, K, E, tile_m);
     g1.num_sms = num_sms_;
     g1.out = ws.h;
-    launch_grouped_gemm_nvfp4w_bf16_sm90a(g1, w4a4 ? GemmEpilogue::kSwigluNvfp4 : GemmEpilogue::kSwiglu, stream);
+    const GemmEpilogue epi1 = w4a4 ? GemmEpilogue::kSwigluNvfp4 : GemmEpilogue::kSwiglu;
+    if (choice_.regw)
+      launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g1, tile_m, epi1, stream);
+    else
+      launch_grouped_gemm_nvfp4w_bf16_sm90a(g1, epi1, stream);
 
     Sm90GemmArgs g2 = g1;
     g2.a = ws.h;
@@ -85,7 +126,10 @@ class PreparedSm90Prefill final : public PreparedMoe {
     g2.scale_second = nullptr;
     g2.input_scale = w4a4 ? weights_.w2_input_scale.as<float>() : nullptr;
     g2.out = ws.expert_out;
-    launch_grouped_gemm_nvfp4w_bf16_sm90a(g2, GemmEpilogue::kScaleFp32, stream);
+    if (choice_.regw)
+      launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g2, tile_m, GemmEpilogue::kScaleFp32, stream);
+    else
+      launch_grouped_gemm_nvfp4w_bf16_sm90a(g2, GemmEpilogue::kScaleFp32, stream);
 
     launch_moe_combine(static_cast<const float*>(ws.expert_out), route, T, K, H, args.out, stream);
   }
@@ -95,6 +139,7 @@ class PreparedSm90Prefill final : public PreparedMoe {
   int64_t max_tokens_;
   int device_;
   int num_sms_;
+  KernelChoice choice_;
   PipelineWorkspace workspace_;
   DeviceExpertWeights weights_;
 };
@@ -107,8 +152,9 @@ class CudaSm90PrefillBackend final : public MoeBackend {
     // sm_90a machine code runs on compute capability 9.0 only (no PTX is embedded).
     if (device.sm() != 90)
       return Support::no("needs SM 9.0 exactly (sm_90a wgmma/TMA code); device is SM" + std::to_string(device.sm()));
-    if (device.shared_memory_per_block_optin < static_cast<int64_t>(sm90_grouped_gemm_smem_bytes()))
-      return Support::no("needs " + std::to_string(sm90_grouped_gemm_smem_bytes()) +
+    const size_t smem = std::max(sm90_grouped_gemm_smem_bytes(), sm90_regw_smem_bytes());
+    if (device.shared_memory_per_block_optin < static_cast<int64_t>(smem))
+      return Support::no("needs " + std::to_string(smem) +
                          " bytes of shared memory per block; device allows " +
                          std::to_string(device.shared_memory_per_block_optin));
     const std::string why = cuda_moe_shape_unsupported_reason(problem);

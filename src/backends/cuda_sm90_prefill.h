@@ -1,9 +1,12 @@
-// cuda.sm90.prefill.v1: the Hopper prefill MoE backend (sm_90a only; docs/perf/2026-11-30-h200-sm90-prefill.md).
-// route -> align (128-row M tiles) -> gather (W4A4: NVFP4 quantize-dequantize) -> grouped GEMM1 with
-// the SwiGLU epilogue -> grouped GEMM2 -> combine, the routing/permute kernels of moe_route_permute.h
-// and the TMA + wgmma grouped GEMM of kernels/cuda/grouped_gemm_nvfp4w_bf16_sm90a.h. Weights are
-// repacked once at prepare() (repack_nvfp4_for_sm90). Same numerics as cuda.sm80.pipeline.v1
-// (docs/pipeline-backend.md "Numerics"); run() launches only, so it is CUDA-graph capturable.
+// cuda.sm90.prefill.v1: the Hopper prefill MoE backend (sm_90a only; docs/perf/2026-11-30-h200-sm90-prefill-r2.md).
+// route -> align (M tiles of the GEMM's token tile) -> gather (W4A4: NVFP4 quantize-dequantize) ->
+// grouped GEMM1 with the SwiGLU epilogue -> grouped GEMM2 -> combine, with the routing/permute
+// kernels of moe_route_permute.h and a TMA + wgmma grouped GEMM of grouped_gemm_nvfp4w_bf16_sm90a.h:
+// W4A16 runs the register-weight kernel (token tile 64/128/256 per call from T, K, E), W4A4 the
+// shared-memory-weight kernel (FP4MOE_SM90_PREFILL_KERNEL selects one for measurements, see the .cpp).
+// Weights are repacked once at prepare() for the chosen kernel. Same numerics as
+// cuda.sm80.pipeline.v1 (docs/pipeline-backend.md "Numerics"); run() launches only, so it is
+// CUDA-graph capturable.
 #pragma once
 #include <memory>
 

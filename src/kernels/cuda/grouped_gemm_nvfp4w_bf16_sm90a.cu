@@ -17,18 +17,16 @@
 //    accumulators (same fragment layout per warp as mma.sync m16n8, so the sm80 epilogues carry over).
 // Exact dequantization as the sm80 kernel: nibble at bf16 bits [15],[8:6] = e2m1 * 2^-126, times a
 // shared LUT bf16x2(scale * 2^117) -> e2m1 * scale * 2^-9 exactly; the epilogue multiplies 2^9 * tensor scales.
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <cstring>
-#include <mutex>
 
 #include "common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm90a.h"
 #include "kernels/cuda/nvfp4_device.cuh"
+#include "kernels/cuda/sm90a_async.cuh"
 
 namespace fp4moe {
 namespace {
@@ -37,6 +35,20 @@ using sm80::bf16x2_mul;
 using sm80::nibble_pair;
 using sm80::nvfp4_qdq_h_quad_blocks;
 using sm80::scale_lut_entry;
+using namespace sm90a;  // NOLINT(google-build-using-namespace): the PTX wrappers of this kernel family
+
+// cp.async with shared-space addresses (the sm80 wrappers take generic pointers).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // Tile configuration as data. Registers: 512 threads at one CTA per SM start at 128 each; the
 // producers give some back so the consumers may grow (256 * producer + 256 * consumer <= 16 warps *
@@ -93,59 +105,6 @@ struct Params {
   void* out;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(map), "r"(x), "r"(y), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Shared-memory matrix descriptor, K-major with the 128-byte swizzle: start address >> 4 (bits 0-13),
-// leading byte offset unused for this layout (1), stride byte offset 1024 >> 4 (8 rows of 128 bytes),
-// base offset 0 (atoms 1024-aligned), swizzle mode 1 = 128B in bits 62-63.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
-}
 // D[64 x 128] += A[64 x 16] * B[128 x 16]^T, both K-major in shared memory, fp32 accumulation.
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
   asm volatile(
@@ -165,12 +124,6 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(desc_a), "l"(desc_b), "n"(1));
-}
-// Pins the accumulators: ordinary code touching them may not move across this point (the wgmma
-// that writes them runs asynchronously until wgmma.wait_group).
-__device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 template <GemmEpilogue EPI>
@@ -284,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_grouped_gemm_kernel(const __
     float acc[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-    fence_accumulators(acc);
+    fence_regs(acc);
 #pragma unroll 1
     for (int kb = 0; kb < KB; ++kb, ++b) {
       const int stage = b % kCfg.stages;
@@ -304,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_grouped_gemm_kernel(const __
       }
     }
     wgmma_wait<0>();
-    fence_accumulators(acc);
+    fence_regs(acc);
     __syncwarp();
     if (lane == 0) mbar_arrive(bar_empty + 8 * ((b - 1) % kCfg.stages));
 
@@ -349,36 +302,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_grouped_gemm_kernel(const __
   }
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 g_encode_tiled = nullptr;
-std::once_flag g_encode_once;
-
-void resolve_encode_tiled() {
-  std::call_once(g_encode_once, [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    FP4MOE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &status));
-    FP4MOE_CHECK(status == cudaDriverEntryPointSuccess && fn, "sm90 grouped GEMM: the driver has no cuTensorMapEncodeTiled");
-    g_encode_tiled = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  });
-}
-
-// The A operand: [rows, k] BF16 row-major, boxes of 64 k x 128 rows, 128-byte swizzle, zero fill past rows.
-CUtensorMap make_a_map(const void* a, int64_t rows, int64_t k) {
-  resolve_encode_tiled();
-  CUtensorMap map;
-  std::memset(&map, 0, sizeof(map));
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kCfg.bk), static_cast<cuuint32_t>(kCfg.bm)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = g_encode_tiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(a), dims, strides, box,
-                                    element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  FP4MOE_CHECK(r == CUDA_SUCCESS, "sm90 grouped GEMM: cuTensorMapEncodeTiled failed (", static_cast<int>(r), ") for A [",
-               rows, ", ", k, "]");
-  return map;
-}
-
 template <GemmEpilogue EPI>
 void launch_epi(const CUtensorMap& map, const Params& p, int grid, cudaStream_t stream) {
   sm90_grouped_gemm_kernel<EPI><<<grid, kThreads, kSmemBytes, stream>>>(map, p);
@@ -418,7 +341,7 @@ void repack_nvfp4_for_sm90(const Nvfp4View& m, std::span<const int64_t> source_r
 size_t sm90_grouped_gemm_smem_bytes() { return kSmemBytes; }
 
 void configure_sm90_grouped_gemm_kernels() {
-  resolve_encode_tiled();
+  encode_tiled_fn();
   FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_grouped_gemm_kernel<GemmEpilogue::kSwiglu>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_grouped_gemm_kernel<GemmEpilogue::kSwigluNvfp4>,
@@ -441,7 +364,7 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a(const Sm90GemmArgs& args, GemmEpilogu
   if (args.max_tiles <= 0 || args.rows <= 0) return;
   const int64_t n_tiles = args.n / kSm90TileN;
   FP4MOE_CHECK(args.max_tiles * n_tiles < (int64_t{1} << 31), "sm90 grouped GEMM: too many work items");
-  const CUtensorMap map = make_a_map(args.a, args.rows, args.k);
+  const CUtensorMap map = make_bf16_rows_map(args.a, args.rows, args.k, kCfg.bm);
   Params p{args.w_packed, args.w_scales, static_cast<int>(n_tiles), static_cast<int>(args.k / kSm90TileK),
            static_cast<int>(args.n), args.scale_first, args.scale_second, args.input_scale, args.out_scale,
            args.route.tile_expert, args.route.tile_row_begin, args.route.num_tiles, args.route.expert_offsets,

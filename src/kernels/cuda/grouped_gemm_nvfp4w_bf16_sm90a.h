@@ -57,4 +57,28 @@ void configure_sm90_grouped_gemm_kernels();
 // Launches on `stream` (no allocation, no host synchronization). kPartialFp32 is not supported.
 void launch_grouped_gemm_nvfp4w_bf16_sm90a(const Sm90GemmArgs& args, GemmEpilogue epilogue, cudaStream_t stream);
 
+// ---- Second kernel: weights dequantized into registers (grouped_gemm_nvfp4w_bf16_sm90a_regw.cu) ----
+// The weights are wgmma's A operand (64 weight rows per consumer warpgroup, read as FP4 from shared
+// memory and dequantized straight into the register fragment), the token rows its N (tile_tokens per
+// tile, so small experts pad less), fp32 accumulators. Same Sm90GemmArgs, but `route` and
+// `max_tiles` must be for M tiles of tile_tokens rows, and the weights in the layout below.
+// Weight layout (repack_nvfp4_for_sm90_regw): per (expert, 128-row N tile, 64-wide K block) 4 KB of
+// packed codes [8 row groups of 16][32 lanes][4 words] and 512 bytes of E4M3 codes [128 rows][4]; word
+// s of lane (g = lane / 4, t = lane % 4) holds k16 step s of that lane's wgmma A fragment: nibble pair
+// p = value pair (row g + 8 (p & 1), k 16s + 8 (p >> 1) + 2t + {0, 1}).
+inline constexpr int kSm90RegwTileN = 128;                    // weight rows per tile (one repacked block)
+inline constexpr int kSm90RegwTileTokens[] = {64, 128, 256};  // the compiled token tiles
+inline constexpr int kSm90RegwSmallestTileTokens = 64;        // for workspace sizing
+void repack_nvfp4_for_sm90_regw(const Nvfp4View& m, std::span<const int64_t> source_rows, uint8_t* packed_out,
+                                uint8_t* scales_out);
+// The token tile for a call: fewest padded rows + per-tile overhead for the average rows per expert.
+int sm90_regw_choose_tile_tokens(int64_t tokens, int top_k, int num_experts);
+// Largest dynamic shared memory over the compiled token tiles.
+size_t sm90_regw_smem_bytes();
+void configure_sm90_regw_kernels();
+// Throws Error for a tile_tokens not in kSm90RegwTileTokens and for kSwigluNvfp4 / kPartialFp32
+// (W4A4 GEMM1 stays on the first kernel, whose epilogue quantizes h along the lane quads).
+void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int tile_tokens, GemmEpilogue epilogue,
+                                                cudaStream_t stream);
+
 }  // namespace fp4moe

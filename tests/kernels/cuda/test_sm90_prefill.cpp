@@ -1,16 +1,20 @@
-// cuda.sm90.prefill.v1 and its sm_90a grouped GEMM (TMA + wgmma). GEMM level: uneven experts (empty,
-// 1 row, 64, 130, 257 rows) against a host fp64 reference of the dequantized weights, fp32 output
-// and SwiGLU epilogues, K blocks not a multiple of the stage count, a small persistent grid (many
-// items per CTA: barrier phases across tiles) and the full grid bit-identical. Backend level: only
-// what the parameterized suite (test_moe_backend_suite.cpp, which runs this backend too: model sweeps,
-// adversarial routing, graph replay, bit identity, E4M3 extremes) lacks: the qwen3-235b-a22b shape at
-// 1..4096 tokens W4A16 and W4A4 and all its tokens on one expert, against moe_reference, and the
-// supports() rules. GPU tests skip with the reason unless the GPU is SM 9.0.
+// cuda.sm90.prefill.v1 and its two sm_90a grouped GEMMs (TMA + wgmma; weights dequantized to shared
+// memory, or into wgmma registers at token tiles 64/128/256). GEMM level, each kernel and tile:
+// uneven experts (empty, 1 row, 64, 130, 257 rows) against a host fp64 reference of the dequantized
+// weights, fp32 output and SwiGLU epilogues, K blocks not a multiple of the stage count, an odd N tile
+// count, a small persistent grid (many items per CTA: barrier phases across tiles) and the full grid
+// bit-identical; host only: the register-weight layout element by element, the per-call tile choice
+// and rejected tiles/epilogues. Backend level: only what the parameterized suite
+// (test_moe_backend_suite.cpp, which runs this backend too: model sweeps, adversarial routing, graph
+// replay, bit identity, E4M3 extremes) lacks: the qwen3-235b-a22b shape at 1..4096 tokens W4A16 and
+// W4A4 and all its tokens on one expert, against moe_reference, and the supports() rules. GPU tests
+// skip with the reason unless the GPU is SM 9.0.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <numeric>
 
@@ -77,16 +81,18 @@ struct GemmFixture {
   MoeRouteBuffers route;
 
   // counts[e] rows per expert; tokens come in shuffled order so the align kernel really sorts.
-  GemmFixture(const std::vector<int>& counts, int64_t k, uint64_t seed) : E(int64_t(counts.size())), K(k) {
+  int tile_m = kSm90TileM;
+  GemmFixture(const std::vector<int>& counts, int64_t k, uint64_t seed, int tile)
+      : E(int64_t(counts.size())), K(k), tile_m(tile) {
     std::vector<int32_t> ids;
     for (int64_t e = 0; e < E; ++e) ids.insert(ids.end(), counts[e], static_cast<int32_t>(e));
     T = static_cast<int64_t>(ids.size());
     Rng rng(seed);
     for (size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng.below(i)]);
-    route_ws = DeviceBuffer(moe_route_workspace_bytes(T, 1, int(E), kSm90TileM));
-    route = carve_moe_route_workspace(route_ws.get(), T, 1, int(E), kSm90TileM);
+    route_ws = DeviceBuffer(moe_route_workspace_bytes(T, 1, int(E), tile_m));
+    route = carve_moe_route_workspace(route_ws.get(), T, 1, int(E), tile_m);
     FP4MOE_CUDA_CHECK(cudaMemcpy(route.topk_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-    launch_moe_align(route, T, 1, int(E), kSm90TileM, nullptr);
+    launch_moe_align(route, T, 1, int(E), tile_m, nullptr);
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
     offsets.resize(static_cast<size_t>(E + 1));
     FP4MOE_CUDA_CHECK(cudaMemcpy(offsets.data(), route.expert_offsets, offsets.size() * 4, cudaMemcpyDeviceToHost));
@@ -107,7 +113,7 @@ struct GemmFixture {
     g.n = n;
     g.k = K;
     g.route = route;
-    g.max_tiles = moe_max_tiles(T, 1, int(E), kSm90TileM);
+    g.max_tiles = moe_max_tiles(T, 1, int(E), tile_m);
     g.num_sms = num_sms;
     return g;
   }
@@ -123,21 +129,44 @@ struct GemmFixture {
   }
 };
 
-// Repacks every expert's matrix (optionally with a row order) and uploads packed + scales.
-std::pair<DeviceBuffer, DeviceBuffer> upload_repacked(const std::vector<Nvfp4Matrix>& ws, std::span<const int64_t> order) {
+// The two grouped GEMMs: the smem kernel (tile 128) and the register-weight kernel per token tile.
+struct GemmVariant {
+  const char* name;
+  int tile;  // M tile of launch_moe_align (token rows)
+  bool regw;
+};
+const GemmVariant kSmemKernel{"smem", kSm90TileM, false};
+void configure(const GemmVariant& v) {
+  if (v.regw)
+    configure_sm90_regw_kernels();
+  else
+    configure_sm90_grouped_gemm_kernels();
+}
+void launch(const GemmVariant& v, const Sm90GemmArgs& g, GemmEpilogue epi) {
+  if (v.regw)
+    launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, v.tile, epi, nullptr);
+  else
+    launch_grouped_gemm_nvfp4w_bf16_sm90a(g, epi, nullptr);
+}
+
+// Repacks every expert's matrix (optionally with a row order) for the variant and uploads packed + scales.
+std::pair<DeviceBuffer, DeviceBuffer> upload_repacked(const GemmVariant& v, const std::vector<Nvfp4Matrix>& ws,
+                                                      std::span<const int64_t> order) {
   const size_t pb = ws[0].packed.size(), sb = ws[0].scales.size();
   std::vector<uint8_t> packed(pb * ws.size()), scales(sb * ws.size());
-  for (size_t e = 0; e < ws.size(); ++e) repack_nvfp4_for_sm90(ws[e].view(), order, packed.data() + e * pb, scales.data() + e * sb);
+  for (size_t e = 0; e < ws.size(); ++e)
+    (v.regw ? repack_nvfp4_for_sm90_regw : repack_nvfp4_for_sm90)(ws[e].view(), order, packed.data() + e * pb,
+                                                                  scales.data() + e * sb);
   return {DeviceBuffer::from_host(packed), DeviceBuffer::from_host(scales)};
 }
 
 const std::vector<int> kUnevenCounts = {0, 1, 130, 64, 257, 7, 128, 0};
 
-TEST(CudaSm90PrefillGemm, ScaledFp32OutputOnUnevenExperts) {
-  REQUIRE_SM90(device);
-  configure_sm90_grouped_gemm_kernels();
-  const int64_t K = 320, N = 256;  // 5 K blocks (not a multiple of the stage count), 2 N tiles
-  GemmFixture fx(kUnevenCounts, K, 11);
+void scaled_fp32_output_on_uneven_experts(const GemmVariant& v, const DeviceInfo* device) {
+  configure(v);
+  const int64_t K = 320, N = 384;  // 5 K blocks (not a multiple of the stage count), 3 N tiles (odd: the
+                                   // regw 256-row units end with half a unit)
+  GemmFixture fx(kUnevenCounts, K, 11, v.tile);
   Rng rng(12);
   std::vector<Nvfp4Matrix> w;
   std::vector<float> scale(static_cast<size_t>(fx.E));
@@ -145,7 +174,7 @@ TEST(CudaSm90PrefillGemm, ScaledFp32OutputOnUnevenExperts) {
     w.push_back(random_nvfp4(N, K, rng));
     scale[static_cast<size_t>(e)] = 0.01f * static_cast<float>(1 + e);
   }
-  auto [packed, scales] = upload_repacked(w, {});
+  auto [packed, scales] = upload_repacked(v, w, {});
   DeviceBuffer scale_dev = DeviceBuffer::from_host(scale);
   std::vector<std::vector<float>> outs;
   for (int sms : {3, device->multiprocessors}) {  // 3 CTAs: many work items per CTA
@@ -154,7 +183,7 @@ TEST(CudaSm90PrefillGemm, ScaledFp32OutputOnUnevenExperts) {
     Sm90GemmArgs g = fx.args(packed, scales, N, sms);
     g.scale_first = scale_dev.as<float>();
     g.out = out.get();
-    launch_grouped_gemm_nvfp4w_bf16_sm90a(g, GemmEpilogue::kScaleFp32, nullptr);
+    launch(v, g, GemmEpilogue::kScaleFp32);
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
     outs.push_back(out.to_host<float>());
   }
@@ -177,14 +206,14 @@ TEST(CudaSm90PrefillGemm, ScaledFp32OutputOnUnevenExperts) {
     }
   }
   EXPECT_EQ(bad, 0) << bad << " of " << fx.T * N << " outputs off";
-  std::printf("[ result ] sm90 GEMM fp32: T=%lld max |err| / sum|terms| = %.3e\n", static_cast<long long>(fx.T), max_rel);
+  std::printf("[ result ] sm90 GEMM fp32 (%s %d): T=%lld max |err| / sum|terms| = %.3e\n", v.name, v.tile,
+              static_cast<long long>(fx.T), max_rel);
 }
 
-TEST(CudaSm90PrefillGemm, SwigluEpilogueOnUnevenExperts) {
-  REQUIRE_SM90(device);
-  configure_sm90_grouped_gemm_kernels();
+void swiglu_epilogue_on_uneven_experts(const GemmVariant& v) {
+  configure(v);
   const int64_t K = 256, I = 128;  // GEMM1: N = 2I, gate/up interleaved by 8 rows
-  GemmFixture fx(kUnevenCounts, K, 21);
+  GemmFixture fx(kUnevenCounts, K, 21, v.tile);
   Rng rng(22);
   std::vector<Nvfp4Matrix> w13;
   std::vector<float> fg(static_cast<size_t>(fx.E)), fu(static_cast<size_t>(fx.E));
@@ -194,7 +223,7 @@ TEST(CudaSm90PrefillGemm, SwigluEpilogueOnUnevenExperts) {
     fu[static_cast<size_t>(e)] = 0.003f * static_cast<float>(2 + e);
   }
   const std::vector<int64_t> order = gate_up_interleaved_rows(I);
-  auto [packed, scales] = upload_repacked(w13, order);
+  auto [packed, scales] = upload_repacked(v, w13, order);
   DeviceBuffer fg_dev = DeviceBuffer::from_host(fg), fu_dev = DeviceBuffer::from_host(fu);
   DeviceBuffer out(static_cast<size_t>(fx.T * I * 2));
   std::vector<uint16_t> poison(static_cast<size_t>(fx.T * I), kBf16Poison);
@@ -203,7 +232,7 @@ TEST(CudaSm90PrefillGemm, SwigluEpilogueOnUnevenExperts) {
   g.scale_first = fg_dev.as<float>();
   g.scale_second = fu_dev.as<float>();
   g.out = out.get();
-  launch_grouped_gemm_nvfp4w_bf16_sm90a(g, GemmEpilogue::kSwiglu, nullptr);
+  launch(v, g, GemmEpilogue::kSwiglu);
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<uint16_t> h = out.to_host<uint16_t>();
   test::expect_all_written_and_finite(h, "sm90 SwiGLU");
@@ -225,6 +254,91 @@ TEST(CudaSm90PrefillGemm, SwigluEpilogueOnUnevenExperts) {
     }
   }
   EXPECT_EQ(bad, 0) << bad << " of " << fx.T * I << " h values off";
+}
+
+TEST(CudaSm90PrefillGemm, ScaledFp32OutputOnUnevenExperts) {
+  REQUIRE_SM90(device);
+  scaled_fp32_output_on_uneven_experts(kSmemKernel, device);
+}
+TEST(CudaSm90PrefillGemm, SwigluEpilogueOnUnevenExperts) {
+  REQUIRE_SM90(device);
+  swiglu_epilogue_on_uneven_experts(kSmemKernel);
+}
+// The register-weight kernel at every compiled token tile (64: the 130- and 257-row experts span
+// several tiles; 256: most experts fit one tile, with masked tokens).
+TEST(CudaSm90PrefillGemm, RegwScaledFp32OutputOnUnevenExperts) {
+  REQUIRE_SM90(device);
+  for (const int tile : kSm90RegwTileTokens) scaled_fp32_output_on_uneven_experts(GemmVariant{"regw", tile, true}, device);
+}
+TEST(CudaSm90PrefillGemm, RegwSwigluEpilogueOnUnevenExperts) {
+  REQUIRE_SM90(device);
+  for (const int tile : kSm90RegwTileTokens) swiglu_epilogue_on_uneven_experts(GemmVariant{"regw", tile, true});
+}
+// Host only: every FP4 code and E4M3 scale of a random matrix is found where the register-weight
+// kernel reads it (the header's formula: lane (g, t), word s, nibble pair p = rows g + 8 (p & 1),
+// k 16s + 8 (p >> 1) + 2t + {0, 1} of its 16-row group), with a non-trivial row order.
+TEST(CudaSm90PrefillGemm, RegwRepackLayoutMatchesTheFragmentFormula) {
+  Rng rng(41);
+  const int64_t N = 256, K = 192;
+  const Nvfp4Matrix m = random_nvfp4(N, K, rng);
+  std::vector<int64_t> order(static_cast<size_t>(N));
+  for (int64_t r = 0; r < N; ++r) order[static_cast<size_t>(r)] = (r * 37 + 11) % N;  // a permutation (37 odd, N = 2^8)
+  std::vector<uint8_t> packed(m.packed.size()), scales(m.scales.size());
+  repack_nvfp4_for_sm90_regw(m.view(), order, packed.data(), scales.data());
+  const int64_t kb_count = K / 64;
+  int64_t bad = 0;
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t src = order[static_cast<size_t>(r)], nt = r / 128, n = r % 128, grp = n / 16, i = n % 16;
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t kb = k / 64, kk = k % 64, s = kk / 16, half = (kk % 16) / 8, t = (kk % 8) / 2, odd = kk % 2;
+      const int64_t lane = (i % 8) * 4 + t, pair = (i / 8) + 2 * half;
+      const uint8_t* blk = packed.data() + (nt * kb_count + kb) * 4096;
+      uint32_t word = 0;
+      std::memcpy(&word, blk + ((grp * 32 + lane) * 4 + s) * 4, 4);
+      const uint32_t code = (word >> (4 * pair + 16 * odd)) & 0xFu;
+      const uint8_t byte = m.packed[static_cast<size_t>((src * K + k) / 2)];
+      const uint32_t want = (k & 1) ? byte >> 4 : byte & 0xFu;
+      if (code != want && bad++ < 5) ADD_FAILURE() << "row " << r << " k " << k << ": code " << code << " want " << want;
+      const uint8_t sc = scales[static_cast<size_t>((nt * kb_count + kb) * 512 + n * 4 + s)];
+      if (k % 16 == 0 && sc != m.scales[static_cast<size_t>((src * K + k) / 16)] && bad++ < 5)
+        ADD_FAILURE() << "row " << r << " k " << k << ": scale code " << int(sc);
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_THROW(repack_nvfp4_for_sm90_regw(random_nvfp4(64, 64, rng).view(), {}, packed.data(), scales.data()), Error);
+}
+
+// Host only: the token tile per call for the measured shapes (each pick was the fastest of the
+// forced tiles measured on the H200, docs/perf/2026-11-30-h200-sm90-prefill-r2.md) and the choice
+// is always a compiled tile.
+TEST(CudaSm90PrefillGemm, RegwTileChoiceForMeasuredShapes) {
+  EXPECT_EQ(sm90_regw_choose_tile_tokens(1024, 8, 128), 128);    // qwen3-235b: 64 rows / expert
+  EXPECT_EQ(sm90_regw_choose_tile_tokens(4096, 8, 128), 256);    // 256
+  EXPECT_EQ(sm90_regw_choose_tile_tokens(16384, 8, 128), 256);   // 1024
+  EXPECT_EQ(sm90_regw_choose_tile_tokens(1024, 10, 512), 64);    // qwen3.5-397b: 20
+  EXPECT_EQ(sm90_regw_choose_tile_tokens(4096, 10, 512), 128);   // 80
+  EXPECT_EQ(sm90_regw_choose_tile_tokens(16384, 10, 512), 128);  // 320
+  for (int64_t t : {0, 1, 7, 300, 100000}) {
+    const int tile = sm90_regw_choose_tile_tokens(t, 8, 128);
+    EXPECT_TRUE(std::find(std::begin(kSm90RegwTileTokens), std::end(kSm90RegwTileTokens), tile) != std::end(kSm90RegwTileTokens))
+        << t << " tokens -> " << tile;
+  }
+}
+
+TEST(CudaSm90PrefillGemm, RegwRejectsUnknownTileAndW4A4Epilogue) {
+  REQUIRE_SM90(device);
+  configure_sm90_regw_kernels();
+  GemmFixture fx({3, 5}, 64, 31, 64);
+  Rng rng(32);
+  std::vector<Nvfp4Matrix> w = {random_nvfp4(128, 64, rng), random_nvfp4(128, 64, rng)};
+  auto [packed, scales] = upload_repacked(GemmVariant{"regw", 64, true}, w, {});
+  DeviceBuffer out(static_cast<size_t>(fx.T * 128 * 4)), scale = DeviceBuffer::from_host(std::vector<float>{1.0f, 1.0f});
+  Sm90GemmArgs g = fx.args(packed, scales, 128, device->multiprocessors);
+  g.scale_first = g.scale_second = g.out_scale = scale.as<float>();
+  g.out = out.get();
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 96, GemmEpilogue::kScaleFp32, nullptr), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kSwigluNvfp4, nullptr), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kPartialFp32, nullptr), Error);
 }
 
 // ---------------------------------------------------------------- backend level

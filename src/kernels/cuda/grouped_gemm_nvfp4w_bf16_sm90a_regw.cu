@@ -1,0 +1,502 @@
+// Grouped NVFP4-weight x BF16-activation GEMM for MoE prefill on Hopper, weights in registers
+// (sm_90a ONLY: wgmma with A from registers, setmaxnreg). Second kernel of cuda.sm90.prefill.v1; the
+// first (grouped_gemm_nvfp4w_bf16_sm90a.cu) writes dequantized weights to shared memory and its wgmma
+// read both operands from there: ~165 B/clk of shared-memory traffic at the MMA peak against 128
+// (docs/perf/2026-11-30-h200-sm90-prefill.md). Here the product is computed transposed,
+// out^T[weight rows, tokens] = W x A^T: the weights are wgmma's A operand, decoded by the consumer
+// threads from FP4 straight into the register fragment (exact, as the sm80 kernel), and the token
+// rows (TMA, 128-byte swizzle) are the B operand, the only one read from shared memory; the token
+// tile (wgmma N = 64, 128 or 256, chosen per call from the rows per expert) pads small experts less.
+// CTA = 3 warpgroups, one per SM, persistent: item i = (token tile i / units, unit i % units), a unit
+// = `frags` 128-row N tiles; CTA c takes items c, c + grid, ... (static: deterministic, no atomics).
+// WG0 (setmaxnreg 40): one thread issues per K block the token tile's TMA and the bulk copies of the
+// unit's packed codes + E4M3 scales onto the stage's full barrier. WG1-2 (setmaxnreg 232): 64 or 128
+// weight rows each; per K block a 16-byte LDS + 8 table lookups per 64 rows -> 16 bf16x2 registers,
+// then 4 (or 8) wgmma m64nTk16 with fp32 accumulators; the epilogues are the sm80 ones, transposed.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm90a.h"
+#include "kernels/cuda/nvfp4_device.cuh"
+#include "kernels/cuda/sm90a_async.cuh"
+
+namespace fp4moe {
+namespace {
+
+using sm80::bf16x2_mul;
+using sm80::nibble_pair;
+using sm80::scale_lut_entry;
+using namespace sm90a;  // NOLINT(google-build-using-namespace): the PTX wrappers of this kernel family
+
+// Configurations as data. Registers: 384 threads at one CTA per SM start at 168 each; the producer
+// warpgroup gives back to 40 so the consumers may hold 232 (128 * 40 + 256 * 232 <= 65536): per
+// fragment tokens / 2 accumulators, 16 operand registers and 12 for the next block's fetched codes.
+struct RegwConfig {
+  int tokens;        // token rows per tile = wgmma N
+  int frags;         // m64 weight fragments per consumer warpgroup: 1 -> 128 weight rows per item, 2 -> 256
+  int stages;        // (token tile + packed weight blocks) stages between the producer and the consumers
+  double row_cost;   // time per padded token row relative to the 128 tile (H200, fitted: see
+                     // sm90_regw_choose_tile_tokens and docs/perf/2026-11-30-h200-sm90-prefill-r2.md)
+};
+// 256 weight rows per item where the accumulators fit (2 x tokens / 2 registers): the token tile is
+// then read from L2 once per 256 weight rows instead of 128 (L2 -> SM traffic per MMA ~0.6x).
+constexpr RegwConfig kRegwConfigs[] = {{64, 2, 12, 1.6}, {128, 2, 8, 1.0}, {256, 1, 6, 0.85}};
+constexpr int kThreads = 384;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+constexpr int kBn = kSm90RegwTileN, kBk = 64;
+constexpr int kPackedBytes = kBn * kBk / 2;  // 4096
+constexpr int kScaleBytes = kBn * kBk / 16;  // 512
+constexpr int kRawBytes = kPackedBytes + kScaleBytes;
+
+constexpr RegwConfig regw_config(int tokens) {
+  for (const RegwConfig& c : kRegwConfigs)
+    if (c.tokens == tokens) return c;
+  return {0, 0, 0, 0.0};
+}
+template <int T>
+struct RegwLayout {
+  static constexpr RegwConfig cfg = regw_config(T);
+  static constexpr int F = cfg.frags;
+  static constexpr int kABytes = T * kBk * 2;  // token tile: T rows of one 128-byte swizzle row
+  static constexpr int kOffA = 0;
+  static constexpr int kOffRaw = kOffA + cfg.stages * kABytes;  // per stage: F packed blocks (codes + scales)
+  static constexpr int kOffLut = kOffRaw + cfg.stages * F * kRawBytes;
+  static constexpr int kOffBar = kOffLut + 1024;
+  static constexpr int kSmemBytes = kOffBar + 2 * cfg.stages * 8 + 1024;  // + slack to align the base to 1024
+  static_assert(cfg.tokens == T, "unknown token tile: add it to kRegwConfigs");
+  static_assert(T % 64 == 0 && T >= 64 && T <= 256, "wgmma N (and the TMA box) must be 64..256 here");
+  static_assert(F == 1 || F == 2, "one or two m64 fragments per consumer warpgroup");
+  static_assert(kABytes % 1024 == 0 && kRawBytes % 16 == 0, "swizzled tiles 1024-aligned, bulk copies 16-aligned");
+  static_assert(cfg.stages >= 2, "the pipeline needs two stages at least");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 opt-in limit");
+  static_assert(F * (T / 2 + 16 + 12) + 40 <= kConsumerRegs,
+                "accumulators + operand registers + fetched codes + addressing must fit the consumer registers");
+};
+static_assert(kBk * 2 == 128 && kBn == 2 * 64, "one 128-byte swizzle row per K block; two m64 halves per block");
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536 && 65536 / kThreads >= 168,
+              "register redistribution must fit the launch allocation");
+static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0 && kProducerRegs >= 24 && kConsumerRegs <= 256,
+              "setmaxnreg takes multiples of 8 in [24, 256]");
+
+struct Params {
+  const uint8_t* w;
+  const uint8_t* ws;
+  int n_tiles, n_units, k_blocks, n;  // n_units: items per token tile (ceil(n_tiles / frags))
+  const float* scale_first;
+  const float* scale_second;
+  const float* input_scale;
+  const int32_t* tile_expert;
+  const int32_t* tile_row_begin;
+  const int32_t* num_tiles;
+  const int32_t* expert_offsets;
+  void* out;
+};
+
+// D[64 x N] += A[64 x 16] (registers, the mma.m16n8k16 A layout per warp) * B[N x 16]^T (shared, K-major).
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b);
+template <>
+__device__ __forceinline__ void wgmma_rs<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"  // scale-d = 1: D = A*B + D
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"  // scale-d = 1: D = A*B + D
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<256>(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %133, 0;\n"  // scale-d = 1: D = A*B + D
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+}
+
+template <int T, GemmEpilogue EPI>
+__global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_constant__ CUtensorMap tmap_a, Params p) {
+  using L = RegwLayout<T>;
+  constexpr int S = L::cfg.stages, F = L::F;
+  extern __shared__ uint8_t smem_raw[];
+  // Align to 1024 by offsetting the shared array itself (keeps LDS/STS instead of generic accesses).
+  uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem + L::kOffLut);
+  const uint32_t base = smem_u32(smem);
+  const uint32_t bar_full = base + L::kOffBar, bar_empty = bar_full + 8 * S;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(bar_full + 8 * s, 1);  // the producer's expect_tx arrival; the copies complete the bytes
+      mbar_init(bar_empty + 8 * s, 8);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  for (int i = threadIdx.x; i < 256; i += kThreads) lut[i] = scale_lut_entry(i);
+  __syncthreads();
+
+  const int total_items = *p.num_tiles * p.n_units;
+  const int my_items = blockIdx.x < total_items ? (total_items - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int KB = p.k_blocks;
+
+  if (threadIdx.x < 128) {
+    // ---- producer warpgroup: one thread issues every copy ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (threadIdx.x == 0) {
+      int b = 0;
+#pragma unroll 1
+      for (int it = 0; it < my_items; ++it) {
+        const int item = blockIdx.x + it * gridDim.x;
+        const int tile = item / p.n_units, u = item - tile * p.n_units;
+        const int row0 = p.tile_row_begin[tile];
+        // N tiles F*u .. F*u + F - 1 (the last may not exist when n_tiles is odd): blocks [nt][kb].
+        const int blocks = min(F, p.n_tiles - F * u);
+        const size_t blk0 = (size_t(p.tile_expert[tile]) * p.n_tiles + F * u) * KB;
+#pragma unroll 1
+        for (int kb = 0; kb < KB; ++kb, ++b) {
+          const int stage = b % S;
+          mbar_wait(bar_empty + 8 * stage, ((b / S) & 1) ^ 1);
+          const uint32_t full = bar_full + 8 * stage;
+          mbar_arrive_expect_tx(full, L::kABytes + blocks * kRawBytes);
+          tma_load_2d(base + L::kOffA + stage * L::kABytes, &tmap_a, kb * kBk, row0, full);
+#pragma unroll
+          for (int j = 0; j < F; ++j) {
+            if (j >= blocks) break;
+            const uint32_t raw = base + L::kOffRaw + (stage * F + j) * kRawBytes;
+            const size_t blk = blk0 + size_t(j) * KB + kb;
+            bulk_load(raw, p.w + blk * kPackedBytes, kPackedBytes, full);
+            bulk_load(raw + kPackedBytes, p.ws + blk * kScaleBytes, kScaleBytes, full);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  const int cw = (threadIdx.x - 128) / 128;
+  const int wq = (threadIdx.x / 32) % 4;  // warp within the warpgroup: 16 weight rows of each fragment
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // F = 1: both warpgroups on the item's one block, fragment (64-row half) cw. F = 2: warpgroup cw on
+  // block cw (N tile 2u + cw), both halves.
+  const int slot = F == 1 ? 0 : cw;
+  auto half_of = [&](int fi) { return F == 1 ? cw : fi; };
+
+  // One K block in two steps: fetch (wait for the stage, its codes and their table entries, plain
+  // registers, so it may overlap this warpgroup's running wgmma), then decode into the fragments.
+  struct Fetched {
+    uint32_t words[4], lo[4], hi[4];
+  };
+  auto fetch_block = [&](Fetched (&r)[F], int blk) {
+    const int stage = blk % S;
+    mbar_wait(bar_full + 8 * stage, (blk / S) & 1);
+    const uint8_t* raw = smem + L::kOffRaw + (stage * F + slot) * kRawBytes;
+#pragma unroll
+    for (int fi = 0; fi < F; ++fi) {
+      const int h = half_of(fi);
+      const uint4 w = *reinterpret_cast<const uint4*>(raw + ((h * 4 + wq) * 32 + lane) * 16);
+      const uint8_t* sc = raw + kPackedBytes + (h * 64 + wq * 16 + g) * 4;  // row g's 4 codes; row g + 8 at +32
+      const uint32_t c_lo = *reinterpret_cast<const uint32_t*>(sc), c_hi = *reinterpret_cast<const uint32_t*>(sc + 32);
+      r[fi].words[0] = w.x, r[fi].words[1] = w.y, r[fi].words[2] = w.z, r[fi].words[3] = w.w;
+#pragma unroll
+      for (int s = 0; s < 4; ++s) r[fi].lo[s] = lut[(c_lo >> (8 * s)) & 0xFFu], r[fi].hi[s] = lut[(c_hi >> (8 * s)) & 0xFFu];
+    }
+  };
+  auto decode_block = [&](uint32_t (&f)[F][4][4], const Fetched (&r)[F]) {
+#pragma unroll
+    for (int fi = 0; fi < F; ++fi)
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {  // k16 step s = NVFP4 block s of the K block
+        f[fi][s][0] = bf16x2_mul(nibble_pair<0>(r[fi].words[s]), r[fi].lo[s]);
+        f[fi][s][1] = bf16x2_mul(nibble_pair<1>(r[fi].words[s]), r[fi].hi[s]);
+        f[fi][s][2] = bf16x2_mul(nibble_pair<2>(r[fi].words[s]), r[fi].lo[s]);
+        f[fi][s][3] = bf16x2_mul(nibble_pair<3>(r[fi].words[s]), r[fi].hi[s]);
+      }
+  };
+  auto fence_frags = [&](uint32_t (&f)[F][4][4]) {
+#pragma unroll
+    for (int fi = 0; fi < F; ++fi)
+#pragma unroll
+      for (int s = 0; s < 4; ++s) fence_regs(f[fi][s]);
+  };
+  auto release = [&](int stage) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar_empty + 8 * stage);
+  };
+
+  int b = 0;
+#pragma unroll 1
+  for (int it = 0; it < my_items; ++it) {
+    const int item = blockIdx.x + it * gridDim.x;
+    const int tile = item / p.n_units, u = item - tile * p.n_units;
+    const int expert = p.tile_expert[tile];
+    const int row0 = p.tile_row_begin[tile];
+    const int rows = min(T, p.expert_offsets[expert + 1] - row0);
+    const int nt = F * u + slot;
+    const bool active = nt < p.n_tiles;  // F = 2 with odd n_tiles: warpgroup 1 only paces the barriers
+    float acc[F][T / 2];
+#pragma unroll
+    for (int fi = 0; fi < F; ++fi) {
+#pragma unroll
+      for (int i = 0; i < T / 2; ++i) acc[fi][i] = 0.0f;
+      fence_regs(acc[fi]);
+    }
+    // The operand registers `f` are written only after wait_group(0), when no wgmma reads them: a
+    // write while a group runs makes ptxas serialize every wgmma (C7513), and decoding into other
+    // registers and copying was seen to be wrong (ptxas merged the copies and placed the next
+    // block's decode in the running wgmma's registers). What overlaps a running group is the fetch
+    // of the next block (barrier wait, LDS, table lookups) into registers no wgmma reads; the other
+    // consumer warpgroup's wgmma keep the tensor cores busy during the decode.
+    uint32_t f[F][4][4];
+    Fetched r[F];
+    if (active) {
+      fetch_block(r, b);
+#pragma unroll 1
+      for (int kb = 0; kb < KB; ++kb, ++b) {
+        decode_block(f, r);
+        const uint32_t b_addr = base + L::kOffA + (b % S) * L::kABytes;
+        fence_frags(f);  // the fragments are complete before wgmma.fence
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+#pragma unroll
+          for (int fi = 0; fi < F; ++fi) wgmma_rs<T>(acc[fi], f[fi][s], smem_desc(b_addr + s * 32));
+        wgmma_commit();
+        if (kb + 1 < KB) fetch_block(r, b + 1);
+        wgmma_wait<0>();
+        fence_frags(f);
+        release(b % S);
+      }
+    } else {
+#pragma unroll 1
+      for (int kb = 0; kb < KB; ++kb, ++b) {
+        mbar_wait(bar_full + 8 * (b % S), (b / S) & 1);
+        release(b % S);
+      }
+      continue;
+    }
+#pragma unroll
+    for (int fi = 0; fi < F; ++fi) fence_regs(acc[fi]);
+
+    // Epilogue. acc[fi][4j + q]: weight row 64 half_of(fi) + 16 wq + g + 8 (q / 2) of N tile nt,
+    // token 8j + 2t + q % 2 of the tile.
+    const int n0 = nt * kBn;
+    const float in_scale = p.input_scale ? p.input_scale[expert] : 1.0f;
+    if constexpr (EPI == GemmEpilogue::kScaleFp32) {
+      const float sf = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
+#pragma unroll
+      for (int fi = 0; fi < F; ++fi) {
+        float* out = static_cast<float*>(p.out) + size_t(row0) * p.n + n0 + half_of(fi) * 64 + wq * 16 + g;
+#pragma unroll
+        for (int j = 0; j < T / 8; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int tok = 8 * j + 2 * t + (q & 1);
+            if (tok < rows) out[size_t(tok) * p.n + 8 * (q / 2)] = __fmul_rn(acc[fi][4 * j + q], sf);
+          }
+      }
+    } else {
+      // W13 rows are interleaved [gate 8 | up 8] per 16 (gate_up_interleaved_rows), so this lane holds
+      // gate (row g) and up (row g + 8) of h column n0/2 + 32 half + 8 wq + g.
+      const float fg = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
+      const float fu = __fmul_rn(__fmul_rn(p.scale_second[expert], 512.0f), in_scale);
+      const int inter = p.n / 2;
+#pragma unroll
+      for (int fi = 0; fi < F; ++fi) {
+        __nv_bfloat16* out =
+            static_cast<__nv_bfloat16*>(p.out) + size_t(row0) * inter + n0 / 2 + half_of(fi) * 32 + wq * 8 + g;
+#pragma unroll
+        for (int j = 0; j < T / 8; ++j)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int tok = 8 * j + 2 * t + q;
+            if (tok < rows)
+              out[size_t(tok) * inter] = __float2bfloat16_rn(
+                  swiglu_fp32(__fmul_rn(acc[fi][4 * j + q], fg), __fmul_rn(acc[fi][4 * j + 2 + q], fu)));
+          }
+      }
+    }
+  }
+}
+
+template <int T, GemmEpilogue EPI>
+void launch_tile(const Sm90GemmArgs& args, const Params& p, int grid, cudaStream_t stream) {
+  const CUtensorMap map = make_bf16_rows_map(args.a, args.rows, args.k, T);
+  sm90_regw_kernel<T, EPI><<<grid, kThreads, RegwLayout<T>::kSmemBytes, stream>>>(map, p);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+template <int T>
+void launch_epi(const Sm90GemmArgs& args, const Params& p, int grid, GemmEpilogue epilogue, cudaStream_t stream) {
+  switch (epilogue) {
+    case GemmEpilogue::kSwiglu: return launch_tile<T, GemmEpilogue::kSwiglu>(args, p, grid, stream);
+    case GemmEpilogue::kScaleFp32: return launch_tile<T, GemmEpilogue::kScaleFp32>(args, p, grid, stream);
+    case GemmEpilogue::kSwigluNvfp4:
+    case GemmEpilogue::kPartialFp32: break;
+  }
+  fail("sm90 regw GEMM: unsupported epilogue (W4A4 GEMM1 and split-K partials use other kernels)");
+}
+template <int T>
+void set_smem_attributes() {
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_regw_kernel<T, GemmEpilogue::kSwiglu>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, RegwLayout<T>::kSmemBytes));
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_regw_kernel<T, GemmEpilogue::kScaleFp32>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, RegwLayout<T>::kSmemBytes));
+}
+
+}  // namespace
+
+void repack_nvfp4_for_sm90_regw(const Nvfp4View& m, std::span<const int64_t> source_rows, uint8_t* packed_out,
+                                uint8_t* scales_out) {
+  const int64_t N = m.rows, K = m.cols;
+  FP4MOE_CHECK(N % kBn == 0, "repack_nvfp4_for_sm90_regw: N (", N, ") must be a multiple of ", kBn);
+  FP4MOE_CHECK(K % kBk == 0, "repack_nvfp4_for_sm90_regw: K (", K, ") must be a multiple of ", kBk);
+  FP4MOE_CHECK(source_rows.empty() || static_cast<int64_t>(source_rows.size()) == N,
+               "repack_nvfp4_for_sm90_regw: row order has ", source_rows.size(), " entries for ", N, " rows");
+  const int64_t k_blocks = K / kBk;
+  auto source = [&](int64_t r) {
+    const int64_t src = source_rows.empty() ? r : source_rows[r];
+    FP4MOE_CHECK(src >= 0 && src < N, "repack_nvfp4_for_sm90_regw: source row ", src, " out of [0, ", N, ")");
+    return src;
+  };
+  for (int64_t nt = 0; nt < N / kBn; ++nt) {
+    int64_t src[kBn];
+    for (int n = 0; n < kBn; ++n) src[n] = source(nt * kBn + n);
+    for (int64_t kb = 0; kb < k_blocks; ++kb) {
+      const int64_t blk = nt * k_blocks + kb;
+      uint8_t* packed = packed_out + blk * kPackedBytes;
+      for (int n = 0; n < kBn; ++n) std::memcpy(scales_out + blk * kScaleBytes + n * 4, m.scales + src[n] * K / 16 + kb * 4, 4);
+      for (int grp = 0; grp < kBn / 16; ++grp)
+        for (int lane = 0; lane < 32; ++lane)
+          for (int s = 0; s < 4; ++s) {
+            const int g = lane / 4, t = lane % 4;
+            uint32_t word = 0;
+            for (int pair = 0; pair < 4; ++pair) {
+              const uint8_t* row = m.packed + src[grp * 16 + g + 8 * (pair & 1)] * K / 2;
+              const int64_t k = kb * kBk + 16 * s + 8 * (pair >> 1) + 2 * t;  // even: one byte holds k, k + 1
+              const uint32_t byte = row[k / 2];
+              word |= (byte & 0xFu) << (4 * pair) | (byte >> 4) << (4 * pair + 16);
+            }
+            std::memcpy(packed + ((grp * 32 + lane) * 4 + s) * 4, &word, 4);  // little-endian word
+          }
+    }
+  }
+}
+
+int sm90_regw_choose_tile_tokens(int64_t tokens, int top_k, int num_experts) {
+  FP4MOE_CHECK(tokens >= 0 && top_k > 0 && num_experts > 0, "sm90_regw_choose_tile_tokens: bad shape");
+  // Expected padded rows per expert x the tile's measured cost per padded row (row_cost: smaller
+  // tiles do less MMA per K block for the same barrier waits, decode and wgmma latency, so a row
+  // costs more). Rows per expert are taken as normal around the average with sd = sqrt(average)
+  // (uniform routing), at z = -2..2 with binomial weights (1 4 6 4 1) / 16: run() may not wait for
+  // the routing on the device. Fitted on the H200 on qwen3-235b-a22b / qwen3.5-397b-a17b at 1024,
+  // 4096 and 16384 tokens (picks 128/256/256 and 64/128/128; all six were measured).
+  const double avg = double(tokens) * top_k / num_experts, sd = std::sqrt(std::max(avg, 1.0));
+  constexpr double kZ[5] = {-2, -1, 0, 1, 2}, kW[5] = {1.0 / 16, 4.0 / 16, 6.0 / 16, 4.0 / 16, 1.0 / 16};
+  int best = 0;
+  double best_cost = 0.0;
+  for (const RegwConfig& c : kRegwConfigs) {
+    double padded = 0.0;
+    for (int i = 0; i < 5; ++i) padded += kW[i] * std::ceil(std::max(1.0, avg + kZ[i] * sd) / c.tokens) * c.tokens;
+    const double cost = padded * c.row_cost;
+    if (best == 0 || cost < best_cost) best = c.tokens, best_cost = cost;
+  }
+  return best;
+}
+
+size_t sm90_regw_smem_bytes() {
+  return std::max({size_t(RegwLayout<64>::kSmemBytes), size_t(RegwLayout<128>::kSmemBytes),
+                   size_t(RegwLayout<256>::kSmemBytes)});
+}
+
+void configure_sm90_regw_kernels() {
+  encode_tiled_fn();
+  set_smem_attributes<64>();
+  set_smem_attributes<128>();
+  set_smem_attributes<256>();
+}
+
+void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int tile_tokens, GemmEpilogue epilogue,
+                                                cudaStream_t stream) {
+  FP4MOE_CHECK(regw_config(tile_tokens).tokens != 0, "sm90 regw GEMM: token tile ", tile_tokens, " is not compiled");
+  FP4MOE_CHECK(args.n > 0 && args.n % kBn == 0, "sm90 regw GEMM: N (", args.n, ") must be a positive multiple of ", kBn);
+  FP4MOE_CHECK(args.k > 0 && args.k % kBk == 0, "sm90 regw GEMM: K (", args.k, ") must be a positive multiple of ", kBk);
+  FP4MOE_CHECK(args.a && args.w_packed && args.w_scales && args.scale_first && args.out, "sm90 regw GEMM: null operand pointer");
+  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(args.a) % 16 == 0 && reinterpret_cast<uintptr_t>(args.w_packed) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(args.w_scales) % 16 == 0,
+               "sm90 regw GEMM: A and the weights must be 16-byte aligned (TMA / bulk copies)");
+  FP4MOE_CHECK(epilogue == GemmEpilogue::kScaleFp32 || args.scale_second, "sm90 regw GEMM: SwiGLU needs scale_second");
+  FP4MOE_CHECK(args.num_sms > 0, "sm90 regw GEMM: num_sms must be positive");
+  if (args.max_tiles <= 0 || args.rows <= 0) return;
+  const int64_t n_tiles = args.n / kBn, frags = regw_config(tile_tokens).frags;
+  const int64_t n_units = (n_tiles + frags - 1) / frags;
+  FP4MOE_CHECK(args.max_tiles * n_units < (int64_t{1} << 31), "sm90 regw GEMM: too many work items");
+  const Params p{args.w_packed, args.w_scales, static_cast<int>(n_tiles), static_cast<int>(n_units), static_cast<int>(args.k / kBk),
+                 static_cast<int>(args.n), args.scale_first, args.scale_second, args.input_scale,
+                 args.route.tile_expert, args.route.tile_row_begin, args.route.num_tiles, args.route.expert_offsets,
+                 args.out};
+  const int grid = static_cast<int>(std::min<int64_t>(args.num_sms, args.max_tiles * n_units));
+  switch (tile_tokens) {
+    case 64: return launch_epi<64>(args, p, grid, epilogue, stream);
+    case 128: return launch_epi<128>(args, p, grid, epilogue, stream);
+    case 256: return launch_epi<256>(args, p, grid, epilogue, stream);
+    default: break;
+  }
+  fail("sm90 regw GEMM: token tile ", tile_tokens, " has no launch case");
+}
+
+}  // namespace fp4moe
