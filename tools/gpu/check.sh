@@ -38,6 +38,18 @@ t=$(now)
 build_rc=$?
 record build "$([ $build_rc = 0 ] && echo ok || echo FAILED)" $(( $(now) - t )) "archs=$archs log=build.log"
 
+# 1b. SASS check of the sm_90a kernels: no instruction may write the A registers of an in-flight HGMMA
+#     (ptxas once did so silently: tools/gpu/sass_hgmma_hazards.py).
+sm90a_lib=$(find "$build/src/kernels" -name 'libfp4moe_kernels_sm90a.a' | head -1)
+if [ -n "$sm90a_lib" ] && command -v cuobjdump > /dev/null; then
+  t=$(now)
+  cuobjdump -sass "$sm90a_lib" > "$out/sass-sm90a.txt" 2>&1
+  python3 tools/gpu/sass_hgmma_hazards.py "$out/sass-sm90a.txt" > "$out/sass-hazards.txt" 2>&1
+  rc=$?
+  record "sass hgmma hazards" "$([ $rc = 0 ] && echo ok || echo FAILED)" $(( $(now) - t )) "$(tail -1 "$out/sass-hazards.txt")"
+  rm -f "$out/sass-sm90a.txt"
+fi
+
 # 2. GPU tests.
 if [[ $skip != *" tests "* ]]; then
   t=$(now)
