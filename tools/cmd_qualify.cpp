@@ -105,6 +105,7 @@ int run_qualify(const QualifyOptions& o) {
       for (const auto& backend : all_moe_backends()) request.backend_ids.emplace_back(backend->id());
     }
     FP4MOE_CHECK(!request.backend_ids.empty(), "this build registers no MoE backend");
+    request.variant_tokens = collect_variant_tokens(request.backend_ids, find_moe_backend, problem, o.max_tokens, device);
     request.worker_command = {current_executable_path(), "qualify-worker"};
     request.timeout_seconds = o.timeout;
     request.key = key;

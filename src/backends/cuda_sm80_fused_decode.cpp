@@ -107,6 +107,11 @@ class CudaSm80FusedDecodeBackend final : public MoeBackend {
     check_prepare_arguments(kId, problem, weights, max_tokens);
     return std::make_unique<PreparedFusedDecode>(problem, weights, max_tokens, device);
   }
+
+  // Batches above kFusedDecodeMaxTokens run as several launch pairs.
+  std::vector<int64_t> variant_token_counts(const MoeProblem&, int64_t max_tokens, const DeviceInfo&) const override {
+    return first_token_count_of_each_variant(max_tokens, [](int64_t t) { return t > kFusedDecodeMaxTokens; });
+  }
 };
 
 }  // namespace

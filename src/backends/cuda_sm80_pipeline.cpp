@@ -20,6 +20,11 @@ namespace {
 constexpr std::string_view kId = "cuda.sm80.pipeline.v1";
 constexpr int kSmallestTileM = 16;
 
+// The 128-row tile needs more shared memory per block than some SM80+ parts allow.
+bool large_tile_fits(const DeviceInfo& device) {
+  return device.shared_memory_per_block_optin >= static_cast<int64_t>(grouped_gemm_smem_bytes(128));
+}
+
 class PreparedSm80Pipeline final : public PreparedMoe {
  public:
   PreparedSm80Pipeline(const MoeProblem& problem, const MoeWeights& weights, int64_t max_tokens, const DeviceInfo& device)
@@ -30,7 +35,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
         workspace_(problem, max_tokens, kSmallestTileM,
                    grouped_gemm_split_workspace_bytes(std::max(2 * problem.inter, problem.hidden))) {
     const int64_t E = problem.num_experts, K = problem.top_k;
-    large_tile_ok_ = device.shared_memory_per_block_optin >= static_cast<int64_t>(grouped_gemm_smem_bytes(128));
+    large_tile_ok_ = large_tile_fits(device);
     FP4MOE_CHECK(moe_max_tiles(max_tokens, static_cast<int>(K), static_cast<int>(E), kSmallestTileM) < 65536,
                  "cuda.sm80.pipeline: max_tokens ", max_tokens, " is too large for the M-tile grid");
     FP4MOE_CUDA_CHECK(cudaSetDevice(device_));
@@ -122,6 +127,15 @@ class CudaSm80PipelineBackend final : public MoeBackend {
     FP4MOE_CHECK(support.ok, "cuda.sm80.pipeline: ", support.reason);
     check_prepare_arguments(kId, problem, weights, max_tokens);
     return std::make_unique<PreparedSm80Pipeline>(problem, weights, max_tokens, device);
+  }
+
+  // The M tile of the grouped GEMMs (16, 64, 128) depends on the rows per expert.
+  std::vector<int64_t> variant_token_counts(const MoeProblem& problem, int64_t max_tokens,
+                                            const DeviceInfo& device) const override {
+    const bool large_tile_ok = large_tile_fits(device);
+    return first_token_count_of_each_variant(max_tokens, [&](int64_t t) {
+      return sm80_pipeline_tile_m(t, problem.top_k, problem.num_experts, large_tile_ok);
+    });
   }
 };
 

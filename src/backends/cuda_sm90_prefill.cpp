@@ -169,6 +169,16 @@ class CudaSm90PrefillBackend final : public MoeBackend {
     FP4MOE_CHECK(device.multiprocessors > 0, "cuda.sm90.prefill: device reports no multiprocessors");
     return std::make_unique<PreparedSm90Prefill>(problem, weights, max_tokens, device);
   }
+
+  // The register-weight kernel's token tile (64, 128, 256) is chosen per call from T (unless forced).
+  std::vector<int64_t> variant_token_counts(const MoeProblem& problem, int64_t max_tokens,
+                                            const DeviceInfo&) const override {
+    const KernelChoice choice = choose_kernel(problem.activation_mode);
+    if (!choice.regw || choice.fixed_tile_tokens != 0) return {};
+    return first_token_count_of_each_variant(max_tokens, [&](int64_t t) {
+      return sm90_regw_choose_tile_tokens(t, static_cast<int>(problem.top_k), static_cast<int>(problem.num_experts));
+    });
+  }
 };
 
 }  // namespace

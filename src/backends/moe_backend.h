@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/device_info.h"
 #include "format/moe_weights.h"
@@ -54,6 +55,29 @@ class MoeBackend {
   // Uploads and repacks the weights for `device`; max_tokens sizes the workspace.
   virtual std::unique_ptr<PreparedMoe> prepare(const MoeProblem& problem, const MoeWeights& weights,
                                                int64_t max_tokens, const DeviceInfo& device) const = 0;
+  // Token counts in [1, max_tokens] at which run() switches to another kernel variant (a tile shape, a
+  // second launch chunk): the first count of each variant. Qualification adds a probe at each, so no
+  // variant serves a batch size that qualification did not run. Empty: one variant for every count.
+  virtual std::vector<int64_t> variant_token_counts(const MoeProblem& problem, int64_t max_tokens,
+                                                    const DeviceInfo& device) const {
+    (void)problem, (void)max_tokens, (void)device;
+    return {};
+  }
 };
+
+// The first token count in [1, max_tokens] of each value of `variant(T)` (helper for
+// variant_token_counts; `variant` maps a token count to a variant id such as a tile size).
+template <typename VariantOf>
+std::vector<int64_t> first_token_count_of_each_variant(int64_t max_tokens, VariantOf variant) {
+  std::vector<int64_t> firsts;
+  std::vector<decltype(variant(int64_t{1}))> seen;
+  for (int64_t t = 1; t <= max_tokens; ++t) {
+    const auto v = variant(t);
+    bool known = false;
+    for (const auto& s : seen) known = known || s == v;
+    if (!known) seen.push_back(v), firsts.push_back(t);
+  }
+  return firsts;
+}
 
 }  // namespace fp4moe

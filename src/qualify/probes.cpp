@@ -43,7 +43,7 @@ ProbeWeights parse_probe_weights(std::string_view name) {
   fail("unknown probe weights kind '", name, "'");
 }
 
-std::vector<Probe> default_probes(int64_t max_tokens, uint64_t seed) {
+std::vector<Probe> default_probes(int64_t max_tokens, uint64_t seed, const std::vector<int64_t>& variant_tokens) {
   FP4MOE_CHECK(max_tokens >= 1, "qualification: the serving maximum must be >= 1 token, got ", max_tokens);
   std::vector<Probe> probes;
   auto add = [&](ProbeInput input, ProbeWeights weights, int64_t tokens) {
@@ -73,6 +73,10 @@ std::vector<Probe> default_probes(int64_t max_tokens, uint64_t seed) {
   add(ProbeInput::kRandom, ProbeWeights::kExtremeScales, 1);
   add(ProbeInput::kRandom, ProbeWeights::kExtremeScales, 64);
   add(ProbeInput::kHeavyTailed, ProbeWeights::kExtremeScales, 100);
+  for (int64_t t : variant_tokens) {
+    FP4MOE_CHECK(t >= 1 && t <= max_tokens, "qualification: variant token count ", t, " outside [1, ", max_tokens, "]");
+    add(ProbeInput::kRandom, ProbeWeights::kStandard, t);
+  }
   return probes;
 }
 

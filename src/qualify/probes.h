@@ -40,8 +40,10 @@ std::string_view to_string(ProbeWeights weights);
 ProbeInput parse_probe_input(std::string_view name);
 ProbeWeights parse_probe_weights(std::string_view name);
 
-// The standard probe set for a serving maximum of max_tokens (>= 1).
-std::vector<Probe> default_probes(int64_t max_tokens, uint64_t seed);
+// The standard probe set for a serving maximum of max_tokens (>= 1), then a random-input probe at each
+// of variant_tokens (the backends' kernel-variant switches, QualifyRequest::variant_tokens) that the
+// set does not already have. The standard probes keep their seeds whatever variant_tokens holds.
+std::vector<Probe> default_probes(int64_t max_tokens, uint64_t seed, const std::vector<int64_t>& variant_tokens = {});
 
 struct ProbeInputs {
   std::vector<uint16_t> hidden_bf16;    // [T, H] BF16 bits

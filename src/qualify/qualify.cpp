@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -175,6 +176,23 @@ std::vector<int64_t> default_timing_tokens(int64_t max_tokens) {
   return tokens;
 }
 
+std::vector<int64_t> collect_variant_tokens(const std::vector<std::string>& ids, const BackendFactory& factory,
+                                            const MoeProblem& problem, int64_t max_tokens, const DeviceInfo& device) {
+  std::vector<int64_t> tokens;
+  for (const std::string& id : ids) {
+    const std::unique_ptr<MoeBackend> backend = factory(id);
+    FP4MOE_CHECK(backend != nullptr, "qualification: no backend '", id, "'");
+    for (int64_t t : backend->variant_token_counts(problem, max_tokens, device)) {
+      FP4MOE_CHECK(t >= 1 && t <= max_tokens, "backend ", id, " declares variant token count ", t,
+                   " outside [1, max_tokens=", max_tokens, "]");
+      tokens.push_back(t);
+    }
+  }
+  std::sort(tokens.begin(), tokens.end());
+  tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+  return tokens;
+}
+
 Verdict run_qualification(const QualifyRequest& request) {
   request.problem.validate();
   FP4MOE_CHECK(!request.worker_command.empty(), "qualification: no worker command");
@@ -185,7 +203,12 @@ Verdict run_qualification(const QualifyRequest& request) {
   Verdict verdict;
   verdict.key = request.key;
   verdict.created_at = now_utc();
-  const std::vector<Probe> probes = default_probes(request.max_tokens, request.weights.seed);
+  const std::vector<Probe> probes = default_probes(request.max_tokens, request.weights.seed, request.variant_tokens);
+  if (!request.variant_tokens.empty()) {
+    std::string counts;
+    for (int64_t t : request.variant_tokens) counts += (counts.empty() ? "" : ", ") + std::to_string(t);
+    request.log("kernel-variant switches probed at T = " + counts);
+  }
   const ErrorBudget budget = error_budget(CheckedOp::kMoe, request.problem.activation_mode);
   ReferenceCache references(request);
   TempDir work;

@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "common/device_info.h"
 #include "kernels/moe_problem.h"
 #include "qualify/probes.h"
 #include "qualify/verdict.h"
+#include "qualify/worker.h"
 
 namespace fp4moe {
 
@@ -23,6 +25,9 @@ struct QualifyRequest {
   std::vector<int64_t> timing_tokens;   // token buckets to time (each <= max_tokens)
   int timing_replays = 20;
   std::vector<std::string> backend_ids; // in preferred order
+  // Token counts at which a backend switches kernel variant (collect_variant_tokens): each gets a
+  // random-input probe on top of default_probes, so every variant that can serve is run.
+  std::vector<int64_t> variant_tokens;
   std::vector<std::string> worker_command;  // argv prefix of the worker; "--job FILE" is appended
   double timeout_seconds = 600.0;       // per backend
   VerdictKey key;                       // device, driver, build, problem (filled by the caller)
@@ -30,6 +35,11 @@ struct QualifyRequest {
 };
 
 Verdict run_qualification(const QualifyRequest& request);
+
+// The union of MoeBackend::variant_token_counts of the backends `ids` (made by `factory`) for this
+// problem, serving maximum and device: sorted, without duplicates, each in [1, max_tokens].
+std::vector<int64_t> collect_variant_tokens(const std::vector<std::string>& ids, const BackendFactory& factory,
+                                            const MoeProblem& problem, int64_t max_tokens, const DeviceInfo& device);
 
 // Tokens buckets from 1 to max_tokens: powers of two, plus max_tokens itself.
 std::vector<int64_t> default_timing_tokens(int64_t max_tokens);

@@ -19,7 +19,12 @@ std::unique_ptr<MoeBackend> make_cuda_fault_backend(std::string_view id);  // cu
 namespace {
 
 enum class Fault { kNan, kGarbageAt33, kUnwrittenRow, kAbortAt16, kSegfaultAt3, kHangAt8, kSwapGateUp, kUnsupported,
-                   kSlowButCorrect };
+                   kSlowButCorrect, kBrokenMiddleVariant };
+
+// kBrokenMiddleVariant: a backend with three kernel variants (like tile shapes picked by batch size),
+// T < 40, 40 <= T < 64 and T >= 64, whose middle one is wrong. No standard probe lands in [40, 64)
+// for a serving maximum of 64: only the variant probe at T = 40 can catch it.
+constexpr int64_t kMiddleVariantFirst = 40, kMiddleVariantEnd = 64;
 
 struct FaultSpec {
   const char* id;
@@ -35,6 +40,7 @@ constexpr FaultSpec kFaults[] = {
     {"test.fault.swap_gate_up.v1", Fault::kSwapGateUp},
     {"test.fault.unsupported.v1", Fault::kUnsupported},
     {"test.slow_but_correct.v1", Fault::kSlowButCorrect},
+    {"test.fault.broken_middle_variant.v1", Fault::kBrokenMiddleVariant},
 };
 
 class FaultyPrepared final : public PreparedMoe {
@@ -63,7 +69,8 @@ class FaultyPrepared final : public PreparedMoe {
     auto* out = static_cast<uint16_t*>(args.out);
     const int64_t n = args.tokens * hidden_;
     if (fault_ == Fault::kNan && n > 0) out[n / 2] = 0x7FC0;  // one NaN is enough to be rejected
-    if (fault_ == Fault::kGarbageAt33 && args.tokens == 33) {
+    const bool middle_variant = args.tokens >= kMiddleVariantFirst && args.tokens < kMiddleVariantEnd;
+    if ((fault_ == Fault::kGarbageAt33 && args.tokens == 33) || (fault_ == Fault::kBrokenMiddleVariant && middle_variant)) {
       for (int64_t i = 0; i < n; i += 7) out[i] ^= 0x0040;  // flip an exponent bit: large, finite errors
     }
   }
@@ -82,6 +89,12 @@ class FaultBackend final : public MoeBackend {
   Support supports(const MoeProblem& problem, const DeviceInfo& device) const override {
     if (spec_.fault == Fault::kUnsupported) return Support::no("test fault backend: supports nothing, on purpose");
     return inner_->supports(problem, device);
+  }
+  std::vector<int64_t> variant_token_counts(const MoeProblem&, int64_t max_tokens, const DeviceInfo&) const override {
+    if (spec_.fault != Fault::kBrokenMiddleVariant) return {};
+    return first_token_count_of_each_variant(max_tokens, [](int64_t t) {
+      return t < kMiddleVariantFirst ? 0 : t < kMiddleVariantEnd ? 1 : 2;
+    });
   }
   std::unique_ptr<PreparedMoe> prepare(const MoeProblem& problem, const MoeWeights& weights, int64_t max_tokens,
                                        const DeviceInfo& device) const override {

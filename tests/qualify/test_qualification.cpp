@@ -59,6 +59,8 @@ TEST(Qualification, RejectsEveryHostFaultForTheRightReasonAndKeepsTheGoodBackend
   for (const std::string& id : testing::host_fault_backend_ids()) ids.push_back(id);
   QualifyRequest request = tiny_request(ids);
   request.timeout_seconds = 8.0;  // the hang fault costs this much
+  request.variant_tokens =
+      collect_variant_tokens(ids, testing::make_test_backend, request.problem, request.max_tokens, DeviceInfo{});
   const Verdict v = run_qualification(request);
   ASSERT_EQ(v.backends.size(), ids.size());
 
@@ -80,6 +82,7 @@ TEST(Qualification, RejectsEveryHostFaultForTheRightReasonAndKeepsTheGoodBackend
   expect_rejected("test.fault.segfault_at_3.v1", "SIGSEGV");
   expect_rejected("test.fault.hang_at_8.v1", "hang");
   expect_rejected("test.fault.swap_gate_up.v1", "error");
+  expect_rejected("test.fault.broken_middle_variant.v1", "T=40");
   const BackendVerdict& unsupported = find(v, "test.fault.unsupported.v1");
   EXPECT_FALSE(unsupported.supported);
   EXPECT_NE(unsupported.support_reason.find("on purpose"), std::string::npos) << unsupported.support_reason;
@@ -102,6 +105,42 @@ TEST(Qualification, RejectsEveryHostFaultForTheRightReasonAndKeepsTheGoodBackend
   const std::string svg = verdict_svg(v);
   EXPECT_NE(svg.find("<polyline"), std::string::npos);
   EXPECT_NE(svg.find("test.slow_but_correct.v1"), std::string::npos);
+}
+
+// A bug in a kernel variant that only serves batch sizes between the standard probes: the standard
+// set alone lets it through, the probes at the backend's declared variant switches reject it.
+TEST(Qualification, ProbesEveryDeclaredKernelVariant) {
+  const std::vector<std::string> ids = {"cpu.reference.v1", "test.fault.broken_middle_variant.v1"};
+  QualifyRequest request = tiny_request(ids);
+  const std::vector<int64_t> variants =
+      collect_variant_tokens(ids, testing::make_test_backend, request.problem, request.max_tokens, DeviceInfo{});
+  EXPECT_EQ(variants, (std::vector<int64_t>{1, 40, 64}));
+
+  const Verdict without = run_qualification(request);
+  EXPECT_TRUE(find(without, "test.fault.broken_middle_variant.v1").qualified)
+      << "the standard probes now reach [40, 64): pick another range for this fault";
+
+  request.variant_tokens = variants;
+  const Verdict with = run_qualification(request);
+  const BackendVerdict& broken = find(with, "test.fault.broken_middle_variant.v1");
+  EXPECT_FALSE(broken.qualified);
+  EXPECT_NE(broken.failure.find("random/T=40"), std::string::npos) << broken.failure;
+  EXPECT_TRUE(find(with, "cpu.reference.v1").qualified) << find(with, "cpu.reference.v1").failure;
+  for (const auto& bucket : with.chosen) EXPECT_EQ(bucket.backend, "cpu.reference.v1") << bucket.tokens;
+}
+
+TEST(Probes, VariantTokensAreAddedOnceAndKeepTheStandardSeeds) {
+  const std::vector<Probe> standard = default_probes(256, 7);
+  const std::vector<Probe> with = default_probes(256, 7, {1, 40, 64, 200});
+  ASSERT_EQ(with.size(), standard.size() + 2) << "1 and 64 are standard random probes already";
+  for (size_t i = 0; i < standard.size(); ++i) {
+    EXPECT_EQ(with[i].name, standard[i].name);
+    EXPECT_EQ(with[i].seed, standard[i].seed);
+  }
+  EXPECT_EQ(with[standard.size()].name, "random/T=40");
+  EXPECT_EQ(with[standard.size() + 1].name, "random/T=200");
+  EXPECT_THROW(default_probes(256, 7, {300}), Error);
+  EXPECT_THROW(default_probes(256, 7, {0}), Error);
 }
 
 TEST(Qualification, W4A4ReferenceQualifiesAndSwappedGateUpIsRejected) {

@@ -1,0 +1,92 @@
+// Host-only: what each CUDA backend declares as its kernel-variant switches (MoeBackend::
+// variant_token_counts), which qualification probes. Every declared count must start a variant, and
+// every variant the backend can run for 1..max_tokens must be declared; otherwise a batch size could
+// be served by a kernel variant that qualification never ran.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <set>
+#include <vector>
+
+#include "backends/cuda_sm80_fused_decode.h"
+#include "backends/cuda_sm80_pipeline.h"
+#include "kernels/cuda/moe_fused_decode_sm80.h"
+#include "kernels/moe_problem.h"
+#ifdef FP4MOE_HAVE_SM90A
+#include "backends/cuda_sm90_prefill.h"
+#include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm90a.h"
+#endif
+
+namespace fp4moe {
+namespace {
+
+DeviceInfo h200_like() {
+  DeviceInfo d;
+  d.name = "H200-like (no GPU needed)";
+  d.sm_major = 9;
+  d.multiprocessors = 132;
+  d.shared_memory_per_block_optin = 232448;
+  return d;
+}
+
+// The declared counts are exactly the first token count of each value of variant(T), T in [1, max].
+void expect_declares_every_variant(const std::vector<int64_t>& declared, int64_t max_tokens,
+                                   const std::function<int(int64_t)>& variant) {
+  std::vector<int64_t> expected;
+  std::set<int> seen;
+  for (int64_t t = 1; t <= max_tokens; ++t)
+    if (seen.insert(variant(t)).second) expected.push_back(t);
+  EXPECT_EQ(declared, expected);
+}
+
+const MoeProblem kQwen35 = make_moe_problem(4096, 1024, 512, 10, ActivationMode::kW4A16);
+const MoeProblem kQwen3_30b = make_moe_problem(2048, 768, 128, 8, ActivationMode::kW4A16);
+
+TEST(BackendVariants, PipelineDeclaresEachGemmTile) {
+  const auto backend = make_cuda_sm80_pipeline_backend();
+  for (const MoeProblem& problem : {kQwen35, kQwen3_30b}) {
+    for (int64_t max_tokens : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
+      const std::vector<int64_t> declared = backend->variant_token_counts(problem, max_tokens, h200_like());
+      expect_declares_every_variant(declared, max_tokens, [&](int64_t t) {
+        return sm80_pipeline_tile_m(t, problem.top_k, problem.num_experts, true);
+      });
+    }
+  }
+  // qwen3-30b at 4096 tokens runs all three tiles (16, 64, 128).
+  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 4096, h200_like()).size(), 3u);
+  // Without the shared memory of the 128-row tile, the pipeline never picks it.
+  DeviceInfo small = h200_like();
+  small.shared_memory_per_block_optin = 101376;  // SM 8.6/8.9-class parts
+  expect_declares_every_variant(backend->variant_token_counts(kQwen3_30b, 4096, small), 4096, [&](int64_t t) {
+    return sm80_pipeline_tile_m(t, kQwen3_30b.top_k, kQwen3_30b.num_experts, false);
+  });
+}
+
+TEST(BackendVariants, FusedDecodeDeclaresTheSecondLaunchChunk) {
+  const auto backend = make_cuda_sm80_fused_decode_backend();
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1}));
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()),
+            (std::vector<int64_t>{1, kFusedDecodeMaxTokens + 1}));
+}
+
+#ifdef FP4MOE_HAVE_SM90A
+TEST(BackendVariants, Sm90PrefillDeclaresEachTokenTileOfItsRegisterWeightKernel) {
+  unsetenv("FP4MOE_SM90_PREFILL_KERNEL");  // a forced kernel (a measurement knob) has one variant
+  const auto backend = make_cuda_sm90_prefill_backend();
+  for (const MoeProblem& problem : {kQwen35, kQwen3_30b}) {
+    const std::vector<int64_t> declared = backend->variant_token_counts(problem, 16384, h200_like());
+    expect_declares_every_variant(declared, 16384, [&](int64_t t) {
+      return sm90_regw_choose_tile_tokens(t, static_cast<int>(problem.top_k), static_cast<int>(problem.num_experts));
+    });
+    EXPECT_GE(declared.size(), 2u) << "both shapes switch token tiles below 16384 tokens";
+  }
+  // W4A4 runs one kernel with one tile.
+  MoeProblem w4a4 = kQwen35;
+  w4a4.activation_mode = ActivationMode::kW4A4;
+  EXPECT_TRUE(backend->variant_token_counts(w4a4, 16384, h200_like()).empty());
+}
+#endif
+
+}  // namespace
+}  // namespace fp4moe
