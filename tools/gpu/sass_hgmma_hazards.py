@@ -89,7 +89,7 @@ def main(argv):
     if argv == ["--self-test"]:
         return self_test()
     if not argv:
-        print(__doc__.strip().splitlines()[-2].strip(), file=sys.stderr)
+        print(__doc__, file=sys.stderr)
         return 2
     total, found = 0, []
     for path in argv:

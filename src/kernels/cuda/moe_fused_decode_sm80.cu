@@ -50,12 +50,12 @@ constexpr int kGemm2Warps = 8;
 // chains and more warps to interleave; W4A4's 32-row items need more registers and keep 2.
 __host__ __device__ constexpr int ctas_per_sm1(int mt) { return mt == 1 ? 3 : 2; }
 // cp.async ring stages per warp: 3 steps in flight per warp, 83 KB (W4A4: 110 KB) per SM.
-__host__ __device__ constexpr int stages1(int) { return 4; }
+constexpr int kStages1 = 4;
 constexpr int kStages2 = 6;
 constexpr int kTokenGroup = 8;  // tokens per GEMM1 item: one n8 tile (decode has ~1 token per expert)
 constexpr int kLutBytes = 256 * 4;
 constexpr int kRing2Bytes = kGemm2Warps * kStages2 * kDecodeBlockBytes;
-static_assert(stages1(1) >= 3 && stages1(2) >= 3 && kStages2 >= 3, "the rings keep at least two copies in flight");
+static_assert(kStages1 >= 3 && kStages2 >= 3, "the rings keep at least two copies in flight");
 static_assert(kFusedDecodeMaxTokens % kTokenGroup == 0, "token chunks are whole token groups");
 
 __host__ __device__ constexpr size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
@@ -64,8 +64,8 @@ __host__ __device__ constexpr size_t align16(size_t bytes) { return (bytes + 15)
 // columns of an NVFP4 block, i.e. 32 rows of W13, in one warp). The routing scratch (2 floats per
 // expert and warp) shares it: routing is over before the first copy.
 __host__ __device__ constexpr size_t ring1_bytes(int mt, int num_experts) {
-  return size_t(kGemm1Warps) * stages1(mt) * mt * kDecodeBlockBytes > size_t(kGemm1Warps) * 2 * num_experts * 4
-             ? size_t(kGemm1Warps) * stages1(mt) * mt * kDecodeBlockBytes
+  return size_t(kGemm1Warps) * kStages1 * mt * kDecodeBlockBytes > size_t(kGemm1Warps) * 2 * num_experts * 4
+             ? size_t(kGemm1Warps) * kStages1 * mt * kDecodeBlockBytes
              : size_t(kGemm1Warps) * 2 * num_experts * 4;
 }
 
@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   // (consecutive items on consecutive CTAs, so on different SMs); an item's K chunks are split over the
   // CTA's warps (warp w: chunks w, w + 8, ...), whose partial sums meet in shared memory at the item's
   // end (fixed warp order). Each warp runs three cursors over its sequence of (item, chunk) steps: the
-  // weight copies kStages - 1 steps ahead, the activation loads two steps ahead, the mma. A cursor
+  // weight copies kStages1 - 1 steps ahead, the activation loads two steps ahead, the mma. A cursor
   // computes its source address once per item and then only adds a stride per step.
   const int row_blocks = 2 * p.inter / (kDecodeTileRows * MT);
   const int chunks = p.hidden_size / kDecodeChunkK;
@@ -389,9 +389,8 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
     return p.w13 + size_t(touched[g2j[q]]) * expert_stride + size_t(MT) * rb * tile_stride +
            size_t(warp) * kDecodeBlockBytes + lane * 16;
   };
-  constexpr int kStages = stages1(MT);
   constexpr size_t kStageBytes = size_t(MT) * kDecodeBlockBytes;
-  uint8_t* const my_ring = smem + L.ring + size_t(warp) * kStages * kStageBytes + lane * 16;
+  uint8_t* const my_ring = smem + L.ring + size_t(warp) * kStages1 * kStageBytes + lane * 16;
   StridedPos fetch_item = first_item;
   int fetch_chunk = 0;
   const uint8_t* fetch_src = weight_source(fetch_item);
@@ -409,7 +408,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
       }
     }
     cp_async_commit();
-    fill_slot = fill_slot + 1 == kStages ? 0 : fill_slot + 1;
+    fill_slot = fill_slot + 1 == kStages1 ? 0 : fill_slot + 1;
   };
   StridedPos act_item = first_item;
   int act_chunk = 0;
@@ -423,14 +422,14 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
       act_src = activation_source(act_item);
     }
   };
-  for (int s = 0; s < kStages - 1; ++s) issue();
+  for (int s = 0; s < kStages1 - 1; ++s) issue();
   uint32_t b_even[16], b_odd[16];  // activations two steps ahead, used alternately (no register moves)
   load_next_activations(b_even);
   load_next_activations(b_odd);
   int read_slot = 0, parity = 0;
   float acc[MT][4] = {};
   auto step = [&](uint32_t (&b)[16], float w4a4_scale) {
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<kStages1 - 2>();
     issue();
     if constexpr (MT == 2) quantize_activations_w4a4(w4a4_scale, b);
     const uint8_t* stage = my_ring + read_slot * kStageBytes;
@@ -440,7 +439,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
       const LaneBlock block = read_lane_block(tile, lane);
       mma_chunk(acc[mt], block.row0, block.row1, block.scales, lut, b);
     }
-    read_slot = read_slot + 1 == kStages ? 0 : read_slot + 1;
+    read_slot = read_slot + 1 == kStages1 ? 0 : read_slot + 1;
     load_next_activations(b);  // this buffer now fetches the step two ahead
     parity ^= 1;
   };
