@@ -6,7 +6,8 @@
 // out^T[weight rows, tokens] = W x A^T: the weights are wgmma's A operand, decoded by the consumer
 // threads from FP4 straight into the register fragment (exact, as the sm80 kernel), and the token
 // rows (TMA, 128-byte swizzle) are the B operand, the only one read from shared memory; the token
-// tile (wgmma N = 64, 128 or 256, chosen per call from the rows per expert) pads small experts less.
+// tile (64, 128 or 256, chosen per call from the rows per expert) pads small experts less, and a partial
+// tile's wgmma N is its tokens rounded up to 32 (sm90a_wgmma_rs.cuh), so the tensor cores skip its padding.
 // CTA = 3 warpgroups, one per SM, persistent: item i = (token tile i / units, unit i % units), a unit
 // = `frags` 128-row N tiles; CTA c takes items c, c + grid, ... (static: deterministic, no atomics).
 // WG0 (setmaxnreg 40): one thread issues per K block the token tile's TMA and the bulk copies of the
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -25,6 +27,7 @@
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm90a.h"
 #include "kernels/cuda/nvfp4_device.cuh"
 #include "kernels/cuda/sm90a_async.cuh"
+#include "kernels/cuda/sm90a_wgmma_rs.cuh"
 
 namespace fp4moe {
 namespace {
@@ -38,15 +41,16 @@ using namespace sm90a;  // NOLINT(google-build-using-namespace): the PTX wrapper
 // warpgroup gives back to 40 so the consumers may hold 232 (128 * 40 + 256 * 232 <= 65536): per
 // fragment tokens / 2 accumulators, 16 operand registers and 12 for the next block's fetched codes.
 struct RegwConfig {
-  int tokens;        // token rows per tile = wgmma N
-  int frags;         // m64 weight fragments per consumer warpgroup: 1 -> 128 weight rows per item, 2 -> 256
-  int stages;        // (token tile + packed weight blocks) stages between the producer and the consumers
-  double row_cost;   // time per padded token row relative to the 128 tile (H200, fitted: see
-                     // sm90_regw_choose_tile_tokens and docs/perf/2026-11-30-h200-sm90-prefill-r2.md)
+  int tokens;          // token rows per tile = the widest wgmma N
+  int frags;           // m64 weight fragments per consumer warpgroup: 1 -> 128 weight rows per item, 2 -> 256
+  int stages;          // (token tile + packed weight blocks) stages between the producer and the consumers
+  double tile_cost;    // cost of one token tile over all weight rows = tile_cost + column_cost x its wgmma
+  double column_cost;  // N (tokens rounded up to 32); relative units, fitted on the H200 (see
+                       // sm90_regw_choose_tile_tokens and docs/perf/2026-11-30-h200-sm90-prefill-r3.md)
 };
 // 256 weight rows per item where the accumulators fit (2 x tokens / 2 registers): the token tile is
 // then read from L2 once per 256 weight rows instead of 128 (L2 -> SM traffic per MMA ~0.6x).
-constexpr RegwConfig kRegwConfigs[] = {{64, 2, 12, 1.6}, {128, 2, 8, 1.0}, {256, 1, 6, 0.85}};
+constexpr RegwConfig kRegwConfigs[] = {{64, 2, 12, 258.0, 2.58}, {128, 2, 8, 261.0, 2.59}, {256, 1, 6, 334.0, 2.67}};
 constexpr int kThreads = 384;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kBn = kSm90RegwTileN, kBk = 64;
@@ -98,74 +102,21 @@ struct Params {
   void* out;
 };
 
-// D[64 x N] += A[64 x 16] (registers, the mma.m16n8k16 A layout per warp) * B[N x 16]^T (shared, K-major).
-template <int N>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b);
-template <>
-__device__ __forceinline__ void wgmma_rs<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"  // scale-d = 1: D = A*B + D
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"  // scale-d = 1: D = A*B + D
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<256>(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %133, 0;\n"  // scale-d = 1: D = A*B + D
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+// fn(std::integral_constant<int, C>) for C = min(cols, Max) rounded down to 32 (cols >= 32): the K
+// loop is compiled once per column count, so an expert's last, partial tile pays the tensor cores for
+// its tokens rounded up to 32 instead of the whole tile, with one wgmma of that N per step (B rows are
+// 128 bytes and the first C / 2 accumulators hold tokens 0..C-1, so a prefix of the tile is a prefix of both).
+template <int Max, class Fn>
+__device__ __forceinline__ void with_token_columns(int cols, Fn&& fn) {
+  static_assert(Max % 32 == 0 && Max > 0, "token columns come in 32s");
+  if constexpr (Max == 32) {
+    fn(std::integral_constant<int, 32>{});
+  } else {
+    if (cols >= Max)
+      fn(std::integral_constant<int, Max>{});
+    else
+      with_token_columns<Max - 32>(cols, fn);
+  }
 }
 
 template <int T, GemmEpilogue EPI>
@@ -306,22 +257,27 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
     Fetched r[F];
     if (active) {
       fetch_block(r, b);
+      // The MMA covers the tile's tokens rounded up to 32 (an expert's last tile is usually partial).
+      with_token_columns<T>((max(rows, 1) + 31) / 32 * 32, [&](auto columns) {
+        constexpr int kCols = decltype(columns)::value;
 #pragma unroll 1
-      for (int kb = 0; kb < KB; ++kb, ++b) {
-        decode_block(f, r);
-        const uint32_t b_addr = base + L::kOffA + (b % S) * L::kABytes;
-        fence_frags(f);  // the fragments are complete before wgmma.fence
-        wgmma_fence();
+        for (int kb = 0; kb < KB; ++kb, ++b) {
+          decode_block(f, r);
+          const uint32_t b_addr = base + L::kOffA + (b % S) * L::kABytes;
+          fence_frags(f);  // the fragments are complete before wgmma.fence
+          wgmma_fence();
 #pragma unroll
-        for (int s = 0; s < 4; ++s)
+          for (int s = 0; s < 4; ++s)
 #pragma unroll
-          for (int fi = 0; fi < F; ++fi) wgmma_rs<T>(acc[fi], f[fi][s], smem_desc(b_addr + s * 32));
-        wgmma_commit();
-        if (kb + 1 < KB) fetch_block(r, b + 1);
-        wgmma_wait<0>();
-        fence_frags(f);
-        release(b % S);
-      }
+            for (int fi = 0; fi < F; ++fi)
+              wgmma_rs<kCols>(*reinterpret_cast<float(*)[kCols / 2]>(acc[fi]), f[fi][s], smem_desc(b_addr + s * 32));
+          wgmma_commit();
+          if (kb + 1 < KB) fetch_block(r, b + 1);
+          wgmma_wait<0>();
+          fence_frags(f);
+          release(b % S);
+        }
+      });
     } else {
 #pragma unroll 1
       for (int kb = 0; kb < KB; ++kb, ++b) {
@@ -439,20 +395,25 @@ void repack_nvfp4_for_sm90_regw(const Nvfp4View& m, std::span<const int64_t> sou
 
 int sm90_regw_choose_tile_tokens(int64_t tokens, int top_k, int num_experts) {
   FP4MOE_CHECK(tokens >= 0 && top_k > 0 && num_experts > 0, "sm90_regw_choose_tile_tokens: bad shape");
-  // Expected padded rows per expert x the tile's measured cost per padded row (row_cost: smaller
-  // tiles do less MMA per K block for the same barrier waits, decode and wgmma latency, so a row
-  // costs more). Rows per expert are taken as normal around the average with sd = sqrt(average)
-  // (uniform routing), at z = -2..2 with binomial weights (1 4 6 4 1) / 16: run() may not wait for
-  // the routing on the device. Fitted on the H200 on qwen3-235b-a22b / qwen3.5-397b-a17b at 1024,
-  // 4096 and 16384 tokens (picks 128/256/256 and 64/128/128; all six were measured).
+  // Expected cost per expert: its full tiles cost tile_cost + column_cost x tokens, its last, partial
+  // tile tile_cost + column_cost x (its rows rounded up to 32, the wgmma N the kernel then uses). The
+  // tile cost is the per-item work that does not shrink with N (decode, barriers, wgmma latency), so
+  // a tile with few rows still costs much. Rows per expert are taken as normal around the average with
+  // sd = sqrt(average) (uniform routing), at z = -2..2 with binomial weights (1 4 6 4 1) / 16: run()
+  // may not wait for the routing on the device. Fitted on the H200 on qwen3-235b-a22b and
+  // qwen3.5-397b-a17b at 1024, 4096 and 16384 tokens (all 18 tile/shape points measured).
   const double avg = double(tokens) * top_k / num_experts, sd = std::sqrt(std::max(avg, 1.0));
   constexpr double kZ[5] = {-2, -1, 0, 1, 2}, kW[5] = {1.0 / 16, 4.0 / 16, 6.0 / 16, 4.0 / 16, 1.0 / 16};
   int best = 0;
   double best_cost = 0.0;
   for (const RegwConfig& c : kRegwConfigs) {
-    double padded = 0.0;
-    for (int i = 0; i < 5; ++i) padded += kW[i] * std::ceil(std::max(1.0, avg + kZ[i] * sd) / c.tokens) * c.tokens;
-    const double cost = padded * c.row_cost;
+    double cost = 0.0;
+    for (int i = 0; i < 5; ++i) {
+      const double rows = std::ceil(std::max(1.0, avg + kZ[i] * sd));
+      const double full = std::floor(rows / c.tokens), tail = rows - full * c.tokens;
+      cost += kW[i] * (full * (c.tile_cost + c.column_cost * c.tokens) +
+                       (tail > 0 ? c.tile_cost + c.column_cost * std::ceil(tail / 32) * 32 : 0.0));
+    }
     if (best == 0 || cost < best_cost) best = c.tokens, best_cost = cost;
   }
   return best;

@@ -1,14 +1,14 @@
 // cuda.sm90.prefill.v1 and its two sm_90a grouped GEMMs (TMA + wgmma; weights dequantized to shared
 // memory, or into wgmma registers at token tiles 64/128/256). GEMM level, each kernel and tile:
-// uneven experts (empty, 1 row, 64, 130, 257 rows) against a host fp64 reference of the dequantized
-// weights, fp32 output and SwiGLU epilogues, K blocks not a multiple of the stage count, an odd N tile
-// count, a small persistent grid (many items per CTA: barrier phases across tiles) and the full grid
-// bit-identical; host only: the register-weight layout element by element, the per-call tile choice
-// and rejected tiles/epilogues. Backend level: only what the parameterized suite
-// (test_moe_backend_suite.cpp, which runs this backend too: model sweeps, adversarial routing, graph
-// replay, bit identity, E4M3 extremes) lacks: the qwen3-235b-a22b shape at 1..4096 tokens W4A16 and
-// W4A4 and all its tokens on one expert, against moe_reference, and the supports() rules. GPU tests
-// skip with the reason unless the GPU is SM 9.0.
+// uneven experts (empty, 1 row, 64, 130, 257 rows, partial tiles of every 32-token width) against a
+// host fp64 reference of the dequantized weights, fp32 output and SwiGLU epilogues, K blocks not a
+// multiple of the stage count, an odd N tile count, a small persistent grid (many items per CTA:
+// barrier phases across tiles) and the full grid bit-identical; host only: the register-weight
+// layout element by element, the per-call tile choice and rejected tiles/epilogues. Backend level:
+// only what the parameterized suite (test_moe_backend_suite.cpp, which runs this backend too: model
+// sweeps, adversarial routing, graph replay, bit identity, E4M3 extremes) lacks: the qwen3-235b-a22b
+// shape at 1..4096 tokens W4A16 and W4A4 and all its tokens on one expert, against moe_reference,
+// and the supports() rules. GPU tests skip with the reason unless the GPU is SM 9.0.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -160,7 +160,10 @@ std::pair<DeviceBuffer, DeviceBuffer> upload_repacked(const GemmVariant& v, cons
   return {DeviceBuffer::from_host(packed), DeviceBuffer::from_host(scales)};
 }
 
-const std::vector<int> kUnevenCounts = {0, 1, 130, 64, 257, 7, 128, 0};
+// Rows per expert: empty experts, experts spanning several tiles, and, for every compiled token tile,
+// partial tiles of every 32-token column count the register-weight kernel compiles (tile 256: 1, 64,
+// 90, 128, 130, 180, 200, 250 rows -> 32 .. 256 columns; tile 128: 1, 64, 90, 128; tile 64: 1, 64).
+const std::vector<int> kUnevenCounts = {0, 1, 130, 64, 257, 7, 128, 0, 90, 180, 200, 250};
 
 void scaled_fp32_output_on_uneven_experts(const GemmVariant& v, const DeviceInfo* device) {
   configure(v);
@@ -309,7 +312,8 @@ TEST(CudaSm90PrefillGemm, RegwRepackLayoutMatchesTheFragmentFormula) {
 }
 
 // Host only: the token tile per call for the measured shapes (each pick was the fastest of the
-// forced tiles measured on the H200, docs/perf/2026-11-30-h200-sm90-prefill-r2.md) and the choice
+// forced tiles measured on the H200 with partial tiles trimmed to 32 tokens,
+// docs/perf/2026-11-30-h200-sm90-prefill-r3.md) and the choice
 // is always a compiled tile.
 TEST(CudaSm90PrefillGemm, RegwTileChoiceForMeasuredShapes) {
   EXPECT_EQ(sm90_regw_choose_tile_tokens(1024, 8, 128), 128);    // qwen3-235b: 64 rows / expert
@@ -317,7 +321,7 @@ TEST(CudaSm90PrefillGemm, RegwTileChoiceForMeasuredShapes) {
   EXPECT_EQ(sm90_regw_choose_tile_tokens(16384, 8, 128), 256);   // 1024
   EXPECT_EQ(sm90_regw_choose_tile_tokens(1024, 10, 512), 64);    // qwen3.5-397b: 20
   EXPECT_EQ(sm90_regw_choose_tile_tokens(4096, 10, 512), 128);   // 80
-  EXPECT_EQ(sm90_regw_choose_tile_tokens(16384, 10, 512), 128);  // 320
+  EXPECT_EQ(sm90_regw_choose_tile_tokens(16384, 10, 512), 256);  // 320 (256 + a partial tile of ~64)
   for (int64_t t : {0, 1, 7, 300, 100000}) {
     const int tile = sm90_regw_choose_tile_tokens(t, 8, 128);
     EXPECT_TRUE(std::find(std::begin(kSm90RegwTileTokens), std::end(kSm90RegwTileTokens), tile) != std::end(kSm90RegwTileTokens))
