@@ -7,7 +7,7 @@
 // threads from FP4 straight into the register fragment (exact, as the sm80 kernel), and the token
 // rows (TMA, 128-byte swizzle) are the B operand, the only one read from shared memory; the token
 // tile (64, 128 or 256, chosen per call from the rows per expert) pads small experts less, and a partial
-// tile's wgmma N is its tokens rounded up to 32 (sm90a_wgmma_rs.cuh), so the tensor cores skip its padding.
+// tile's wgmma N is its tokens rounded up to 32 (sm90a_wgmma.cuh), so the tensor cores skip its padding.
 // CTA = 3 warpgroups, one per SM, persistent: item i = (token tile i / units, unit i % units), a unit
 // = `frags` 128-row N tiles; CTA c takes items c, c + grid, ... (static: deterministic, no atomics).
 // WG0 (setmaxnreg 40): one thread issues per K block the token tile's TMA and the bulk copies of the
@@ -27,7 +27,7 @@
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm90a.h"
 #include "kernels/cuda/nvfp4_device.cuh"
 #include "kernels/cuda/sm90a_async.cuh"
-#include "kernels/cuda/sm90a_wgmma_rs.cuh"
+#include "kernels/cuda/sm90a_wgmma.cuh"
 
 namespace fp4moe {
 namespace {
