@@ -61,7 +61,7 @@ constexpr int kRawBytes = kPackedBytes + kScaleBytes;
 constexpr RegwConfig regw_config(int tokens) {
   for (const RegwConfig& c : kRegwConfigs)
     if (c.tokens == tokens) return c;
-  return {0, 0, 0, 0.0};
+  return {0, 0, 0, 0.0, 0.0};
 }
 template <int T>
 struct RegwLayout {
