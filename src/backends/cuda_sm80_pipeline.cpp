@@ -20,9 +20,9 @@ namespace {
 constexpr std::string_view kId = "cuda.sm80.pipeline.v1";
 constexpr int kSmallestTileM = 16;
 
-// The 128-row tile needs more shared memory per block than some SM80+ parts allow.
+// The 96-row tile needs more shared memory per block (100 KB) than SM 8.6/8.9 parts allow (99 KB).
 bool large_tile_fits(const DeviceInfo& device) {
-  return device.shared_memory_per_block_optin >= static_cast<int64_t>(grouped_gemm_smem_bytes(128));
+  return device.shared_memory_per_block_optin >= static_cast<int64_t>(grouped_gemm_smem_bytes(96));
 }
 
 class PreparedSm80Pipeline final : public PreparedMoe {
@@ -143,12 +143,14 @@ class CudaSm80PipelineBackend final : public MoeBackend {
 
 int sm80_pipeline_tile_m(int64_t tokens, int64_t top_k, int64_t num_experts, bool large_tile_ok) {
   // Every expert has at most `tokens` rows, so up to 16 tokens one 16-row tile per expert suffices;
-  // beyond, the mean rows per expert picks the tile (memory-bound below ~16, MMA-bound above ~48).
+  // beyond, the mean rows per expert picks the tile: the 16-row decode tile while it is memory-bound
+  // (<= 16 rows), then 96 where it fits. Measured on the H200 (E=512, docs/perf/2026-11-30-h200-pipeline-3.md):
+  // 96 (8 warps, 2 CTAs per SM) beats 64 by 1.34-1.95x and 128 by 1.19-1.70x from 20 to 320 mean rows,
+  // also at equal padding (320 rows: 384 for both), so 128 is never picked here.
   if (tokens <= 16) return 16;
   const double mean_rows = static_cast<double>(tokens * top_k) / static_cast<double>(num_experts);
   if (mean_rows <= 16.0) return 16;
-  if (mean_rows <= 48.0 || !large_tile_ok) return 64;
-  return 128;
+  return large_tile_ok ? 96 : 64;
 }
 
 std::unique_ptr<MoeBackend> make_cuda_sm80_pipeline_backend() { return std::make_unique<CudaSm80PipelineBackend>(); }

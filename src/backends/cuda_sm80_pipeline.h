@@ -12,8 +12,8 @@ namespace fp4moe {
 
 std::unique_ptr<MoeBackend> make_cuda_sm80_pipeline_backend();
 
-// The M tile the backend uses for T tokens (16 for decode, 64 / 128 for prefill); exposed for tests
-// and benchmarks. large_tile_ok: the device has the shared memory for the 128-row configuration.
+// The M tile the backend uses for T tokens (16 for decode, 96 for prefill, 64 where 96 does not fit);
+// exposed for tests and benchmarks. large_tile_ok: the device has the shared memory of the 96-row tile.
 int sm80_pipeline_tile_m(int64_t tokens, int64_t top_k, int64_t num_experts, bool large_tile_ok);
 
 }  // namespace fp4moe

@@ -15,6 +15,8 @@
 // One __hmul2 gives e2m1 * scale * 2^-9 exactly; the epilogue multiplies 2^9 * tensor scale in fp32.
 // Epilogues: SwiGLU (gate/up tiles interleaved by 8 rows) to BF16, or to NVFP4-dequantized BF16 for
 // W4A4 (block amax over a lane quad), or scaled fp32 for GEMM2. No atomics: deterministic.
+// Short tiles: the warp rows own interleaved m16 fragments and skip those past the expert's rows
+// (ldmatrix, mma.sync and dequantization), so an expert of 80 rows costs 5 fragments, not the tile's.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/common/static_count.cuh"
 #include "kernels/cuda/nvfp4_device.cuh"
 
 namespace fp4moe {
@@ -46,19 +49,40 @@ struct TileConfig {
 // Decode: one warp per 16 x 32 tile, A in registers so a CTA needs only ~10 KB of shared memory (the
 // weight ring): with split-K over CTAs ~16 warps per SM stream weights (the kernel is issue-bound, so
 // occupancy is what hides the dequantization's dependency chains).
-// Prefill: 64 x 128 (4 warps, 32 x 64 each) and 128 x 128 (8 warps, 64 x 32 each).
+// Prefill: 64 x 128 (4 warps, 32 x 64 each), 96 x 128 and 128 x 128 (8 warps, 48 / 64 x 32 each).
+// 96 x 128 is capped at 128 registers so two CTAs (16 warps) share an SM of an H100/H200. Its first
+// variant has 1 x 8 warps of 96 x 16: each weight fragment is dequantized once per CTA instead of once
+// per warp row (the 2 x 4 layout was issue-bound on the dequantization: ALU pipe 49 %, tensor pipe
+// 41 %; 1 x 8 made the 96-row GEMMs 1.09-1.30x faster). Measured on the H200 with 20 to 320 rows per
+// expert: 1.34-1.95x faster than 64 x 128 and 1.19-1.70x faster than 128 x 128 (cuda_sm80_pipeline.cpp
+// picks it). The W4A4 GEMM1 epilogue needs 32 columns per warp (a 16-column NVFP4 block of h), so it
+// takes the first variant of its tile that has them (96 x 128 with 2 x 4 warps).
 constexpr TileConfig kConfigs[] = {
-    {16, 32, 1, 1, 4, true, 16}, {64, 128, 2, 2, 3, false, 1}, {128, 128, 2, 4, 3, false, 1}};
+    {16, 32, 1, 1, 4, true, 16},
+    {64, 128, 2, 2, 3, false, 1},
+    {96, 128, 1, 8, 3, false, 2},
+    {96, 128, 2, 4, 3, false, 2},
+    {128, 128, 2, 4, 3, false, 1}};
+constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 constexpr int kChunkK = 128;
 constexpr int kLutBytes = 1024;
 
 constexpr bool valid_config(TileConfig c) {
-  return c.bm % (16 * c.warps_m) == 0 && c.bn % (32 * c.warps_n) == 0 && c.stages >= 2 && 128 % c.bn == 0 &&
+  return c.bm % (16 * c.warps_m) == 0 && c.bn % (16 * c.warps_n) == 0 && c.stages >= 2 && 128 % c.bn == 0 &&
          (!c.a_in_registers || c.bm == 16 * c.warps_m);
 }
-static_assert(valid_config(kConfigs[0]) && valid_config(kConfigs[1]) && valid_config(kConfigs[2]),
-              "tile configs: warp tiles must be multiples of 16 x 32 (W4A4 epilogue quads span 32 columns) "
-              "and BN must divide 128 (N is a multiple of 128)");
+constexpr bool all_configs_valid() {
+  for (const TileConfig& c : kConfigs)
+    if (!valid_config(c)) return false;
+  return true;
+}
+static_assert(all_configs_valid(),
+              "tile configs: warp tiles must be multiples of 16 x 16 (a gate/up pair of n8 tiles) and BN "
+              "must divide 128 (N is a multiple of 128)");
+// The W4A4 GEMM1 epilogue quantizes 16-column blocks of h: 32 GEMM1 columns (gate/up by 8) per warp.
+__host__ __device__ constexpr bool supports_epilogue(TileConfig c, GemmEpilogue e) {
+  return e != GemmEpilogue::kSwigluNvfp4 || (c.bn / c.warps_n) % 32 == 0;
+}
 
 __host__ __device__ constexpr size_t stage_bytes(TileConfig c) {
   return (c.a_in_registers ? 0 : size_t(c.bm) * 256) + size_t(c.bn / 8) * (512 + 64);
@@ -97,7 +121,8 @@ template <int CFG, GemmEpilogue EPI>
 __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n * 32, kConfigs[CFG].min_blocks)
     grouped_gemm_kernel(Params p) {
   constexpr TileConfig c = kConfigs[CFG];
-  constexpr int BM = c.bm, BN = c.bn, WN = c.warps_n, S = c.stages;
+  static_assert(supports_epilogue(c, EPI), "this warp layout cannot run this epilogue");
+  constexpr int BM = c.bm, BN = c.bn, WM = c.warps_m, WN = c.warps_n, S = c.stages;
   constexpr int THREADS = c.warps_m * c.warps_n * 32;
   constexpr int WARP_M = BM / c.warps_m, WARP_N = BN / WN;
   constexpr int MT = WARP_M / 16, NT = WARP_N / 8;
@@ -123,6 +148,8 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
   const __nv_bfloat16* abase = p.a + size_t(row0) * p.k;
 
   for (int i = threadIdx.x; i < 256; i += THREADS) lut[i] = scale_lut_entry(i);
+  const int live_frags = (rows + 15) / 16;  // m16 fragments holding rows of this tile
+  const int read_rows = live_frags * 16;
 
   // cp.async issue with compile-time trip counts and per-thread bases hoisted out of the K loop (a
   // loop starting at threadIdx.x has an unknown trip count and compiles to generic, IMAD-heavy code).
@@ -145,6 +172,7 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
     for (int it = 0; it < A_ITERS; ++it) {
       const int r = a_r + it * A_ROWS_PER_ITER;
       const bool valid = r < rows;
+      if (r >= read_rows) continue;  // no fragment reads these rows (zero-filled only inside live fragments)
       cp_async16(sa + r * 256 + ((a_ch ^ (r & 7)) * 16),
                  valid ? a_src + size_t(it * A_ROWS_PER_ITER) * p.k + kc * kChunkK : abase, valid ? 16 : 0);
     }
@@ -159,6 +187,11 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / WN, wn = warp % WN;
   const int g = lane / 4, t = lane % 4;
+  // M fragments are interleaved over the warp rows: fragment mt of warp row wm holds tile rows
+  // [16 * (mt * WM + wm), +16). A short expert tile (e.g. 80 of 128 rows) then leaves every warp
+  // row a near-equal share, and the fragments past `rows` (warp-uniform: rows is per CTA) are
+  // skipped outright: no ldmatrix, no mma.sync, and no dequantization in a warp with none left.
+  const int active_mt = live_frags > wm ? min(MT, (live_frags - wm + WM - 1) / WM) : 0;
   float acc[MT][NT][4];
 #pragma unroll
   for (int i = 0; i < MT; ++i)
@@ -176,56 +209,64 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
   const bool a_row0_ok = g < rows, a_row1_ok = g + 8 < rows;
   const __nv_bfloat16* a_row0 = abase + size_t(a_row0_ok ? g : 0) * p.k + 2 * t;
   const __nv_bfloat16* a_row1 = abase + size_t(a_row1_ok ? g + 8 : 0) * p.k + 2 * t;
-  for (int i = 0; i < my_chunks; ++i) {
-    const int kc = kc_begin + i;
-    cp_async_wait<S - 2>();
-    __syncthreads();  // stage i landed for all threads; stage i-1 is free to refill; LUT visible
-    if (i + S - 1 < my_chunks) load_stage(kc + S - 1, (i + S - 1) % S);
-    cp_async_commit();
-
-    const uint8_t* sa = ring + (i % S) * STAGE;
-    const uint8_t* sb = sa + A_BYTES;
-    const uint8_t* ss = sb + B_BYTES;
-    uint4 wq[NT];
-    uint2 sc[NT];
+  // The K loop for AM live fragments (a compile-time count, so the skipped fragments cost nothing
+  // inside the loop; one branch per CTA picks the instance).
+  auto mainloop = [&](auto am_tag) {
+    constexpr int AM = decltype(am_tag)::value;
+    for (int i = 0; i < my_chunks; ++i) {
+      const int kc = kc_begin + i;
+      cp_async_wait<S - 2>();
+      __syncthreads();  // stage i landed for all threads; stage i-1 is free to refill; LUT visible
+      if (i + S - 1 < my_chunks) load_stage(kc + S - 1, (i + S - 1) % S);
+      cp_async_commit();
+      if constexpr (AM > 0) {
+        const uint8_t* sa = ring + (i % S) * STAGE;
+        const uint8_t* sb = sa + A_BYTES;
+        const uint8_t* ss = sb + B_BYTES;
+        uint4 wq[NT];
+        uint2 sc[NT];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int nb = wn * (WARP_N / 8) + nt;
-      wq[nt] = *reinterpret_cast<const uint4*>(sb + nb * 512 + lane * 16);
-      sc[nt] = *reinterpret_cast<const uint2*>(ss + nb * 64 + g * 8);
-    }
+        for (int nt = 0; nt < NT; ++nt) {
+          const int nb = wn * (WARP_N / 8) + nt;
+          wq[nt] = *reinterpret_cast<const uint4*>(sb + nb * 512 + lane * 16);
+          sc[nt] = *reinterpret_cast<const uint2*>(ss + nb * 64 + g * 8);
+        }
 #pragma unroll
-    for (int s = 0; s < 8; ++s) {
-      uint32_t a[MT][4];
-      if constexpr (c.a_in_registers) {
-        const int k = kc * kChunkK + 16 * s;  // fragment: rows g / g+8, k + 2t (+1) and k + 8 + 2t (+1)
-        a[0][0] = a_row0_ok ? ldg_u32(a_row0 + k) : 0u;
-        a[0][1] = a_row1_ok ? ldg_u32(a_row1 + k) : 0u;
-        a[0][2] = a_row0_ok ? ldg_u32(a_row0 + k + 8) : 0u;
-        a[0][3] = a_row1_ok ? ldg_u32(a_row1 + k + 8) : 0u;
-      } else {
+        for (int s = 0; s < 8; ++s) {
+          uint32_t a[AM][4];
+          if constexpr (kConfigs[CFG].a_in_registers) {
+            const int k = kc * kChunkK + 16 * s;  // fragment: rows g / g+8, k + 2t (+1) and k + 8 + 2t (+1)
+            a[0][0] = a_row0_ok ? ldg_u32(a_row0 + k) : 0u;
+            a[0][1] = a_row1_ok ? ldg_u32(a_row1 + k) : 0u;
+            a[0][2] = a_row0_ok ? ldg_u32(a_row0 + k + 8) : 0u;
+            a[0][3] = a_row1_ok ? ldg_u32(a_row1 + k + 8) : 0u;
+          } else {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const int r = wm * WARP_M + mt * 16 + (lane % 16);
-          const int ch = 2 * s + lane / 16;
-          ldmatrix_x4(a[mt], sa + r * 256 + ((ch ^ (r & 7)) * 16));
+            for (int mt = 0; mt < AM; ++mt) {
+              const int r = (mt * WM + wm) * 16 + (lane % 16);
+              const int ch = 2 * s + lane / 16;
+              ldmatrix_x4(a[mt], sa + r * 256 + ((ch ^ (r & 7)) * 16));
+            }
+          }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const uint32_t word = (s / 2 == 0) ? wq[nt].x : (s / 2 == 1) ? wq[nt].y : (s / 2 == 2) ? wq[nt].z : wq[nt].w;
+            const uint32_t codes = (s < 4) ? sc[nt].x : sc[nt].y;
+            const uint32_t scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
+            const uint32_t b0 = bf16x2_mul((s & 1) ? nibble_pair<2>(word) : nibble_pair<0>(word), scale);
+            const uint32_t b1 = bf16x2_mul((s & 1) ? nibble_pair<3>(word) : nibble_pair<1>(word), scale);
+#pragma unroll
+            for (int mt = 0; mt < AM; ++mt) mma_bf16(acc[mt][nt], a[mt], b0, b1);
+          }
         }
       }
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const uint32_t word = (s / 2 == 0) ? wq[nt].x : (s / 2 == 1) ? wq[nt].y : (s / 2 == 2) ? wq[nt].z : wq[nt].w;
-        const uint32_t codes = (s < 4) ? sc[nt].x : sc[nt].y;
-        const uint32_t scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
-        const uint32_t b0 = bf16x2_mul((s & 1) ? nibble_pair<2>(word) : nibble_pair<0>(word), scale);
-        const uint32_t b1 = bf16x2_mul((s & 1) ? nibble_pair<3>(word) : nibble_pair<1>(word), scale);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) mma_bf16(acc[mt][nt], a[mt], b0, b1);
-      }
     }
-  }
+  };
+  with_static_count<MT, 1, 0>(active_mt, mainloop);
   cp_async_wait<0>();
 
-  // Epilogue. acc element q of (mt, nt): row wm*WARP_M + mt*16 + g + 8*(q/2), column 2t + q%2 of tile nt.
+  // Epilogue. acc element q of (mt, nt): row (mt*WM + wm)*16 + g + 8*(q/2), column 2t + q%2 of tile nt;
+  // fragments past active_mt hold no rows of this tile.
   const float in_scale = p.input_scale ? p.input_scale[expert] : 1.0f;
   if constexpr (EPI == GemmEpilogue::kPartialFp32) {
     // Raw sums of this K split (columns in the weight's repacked order); reduce_splits_kernel finishes.
@@ -234,7 +275,7 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int r = wm * WARP_M + mt * 16 + g + 8 * half;
+        const int r = (mt * WM + wm) * 16 + g + 8 * half;
         if (r >= rows) continue;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -251,7 +292,7 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int r = wm * WARP_M + mt * 16 + g + 8 * half;
+        const int r = (mt * WM + wm) * 16 + g + 8 * half;
         if (r >= rows) continue;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -269,6 +310,7 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
     const float quant_scale = (EPI == GemmEpilogue::kSwigluNvfp4) ? p.out_scale[expert] : 0.0f;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
+      if (mt >= active_mt) break;  // warp-uniform: no rows of this tile left
       float h[NT / 2][4];
 #pragma unroll
       for (int q = 0; q < NT / 2; ++q)
@@ -278,7 +320,7 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
       if constexpr (EPI == GemmEpilogue::kSwigluNvfp4) nvfp4_qdq_h_quad_blocks(h, quant_scale);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int r = wm * WARP_M + mt * 16 + g + 8 * half;
+        const int r = (mt * WM + wm) * 16 + g + 8 * half;
         if (r >= rows) continue;
 #pragma unroll
         for (int q = 0; q < NT / 2; ++q) {
@@ -292,7 +334,10 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
 }
 
 // Finishes split-K: sums the partials of each sorted row in split order, then the real epilogue.
-// One CTA per sorted row; SwiGLU threads own 16 h columns (one NVFP4 block), GEMM2 threads 4 columns.
+// One CTA per sorted row; SwiGLU threads own 16 h columns (one NVFP4 block: 32 contiguous partial
+// columns [gate 8 | up 8 | gate 8 | up 8] per split), GEMM2 threads 4 columns per step. Every split's
+// loads are issued before the first add (a loop over a run-time split count with dependent adds
+// was one memory latency per add: 14 us for one token's 10 rows of GEMM1); the adds keep split order.
 template <GemmEpilogue EPI>
 __global__ void reduce_splits_kernel(Params p, int splits, int num_experts, const int32_t* topk_ids,
                                      const int32_t* sorted_slots) {
@@ -302,15 +347,21 @@ __global__ void reduce_splits_kernel(Params p, int splits, int num_experts, cons
   const float in_scale = p.input_scale ? p.input_scale[expert] : 1.0f;
   const size_t split_stride = size_t(p.partial_rows) * p.n;
   const float* src = p.partial + size_t(row) * p.n;
+  auto add4 = [](float4 a, float4 v) {
+    return make_float4(__fadd_rn(a.x, v.x), __fadd_rn(a.y, v.y), __fadd_rn(a.z, v.z), __fadd_rn(a.w, v.w));
+  };
   if constexpr (EPI == GemmEpilogue::kScaleFp32) {
     const float f = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
     float* out = static_cast<float*>(p.out) + size_t(row) * p.n;
     for (int c4 = threadIdx.x; c4 < p.n / 4; c4 += blockDim.x) {
+      float4 v[kMaxKSplits];
+#pragma unroll
+      for (int z = 0; z < kMaxKSplits; ++z)
+        if (z < splits) v[z] = reinterpret_cast<const float4*>(src + z * split_stride)[c4];
       float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int z = 0; z < splits; ++z) {
-        const float4 v = reinterpret_cast<const float4*>(src + z * split_stride)[c4];
-        acc = make_float4(__fadd_rn(acc.x, v.x), __fadd_rn(acc.y, v.y), __fadd_rn(acc.z, v.z), __fadd_rn(acc.w, v.w));
-      }
+#pragma unroll
+      for (int z = 0; z < kMaxKSplits; ++z)
+        if (z < splits) acc = add4(acc, v[z]);
       reinterpret_cast<float4*>(out)[c4] =
           make_float4(__fmul_rn(acc.x, f), __fmul_rn(acc.y, f), __fmul_rn(acc.z, f), __fmul_rn(acc.w, f));
     }
@@ -320,16 +371,26 @@ __global__ void reduce_splits_kernel(Params p, int splits, int num_experts, cons
     const int inter = p.n / 2;
     __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + size_t(row) * inter;
     for (int b = threadIdx.x; b < inter / 16; b += blockDim.x) {
+      // sum[j]: partial column 32b + j summed over the splits in split order.
+      float4 sum[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int z = 0; z < kMaxKSplits; ++z) {
+        if (z >= splits) break;
+        const float4* s4 = reinterpret_cast<const float4*>(src + z * split_stride + 32 * b);
+        float4 v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = s4[j];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) sum[j] = add4(sum[j], v[j]);
+      }
+      const float* cols = reinterpret_cast<const float*>(sum);
       float h[16];
 #pragma unroll
       for (int q = 0; q < 16; ++q) {
-        const int gate_col = 16 * (2 * b + q / 8) + q % 8;  // repacked order: [gate 8 | up 8] per 16
-        float gate = 0.0f, up = 0.0f;
-        for (int z = 0; z < splits; ++z) {
-          gate = __fadd_rn(gate, src[z * split_stride + gate_col]);
-          up = __fadd_rn(up, src[z * split_stride + gate_col + 8]);
-        }
-        h[q] = swiglu_fp32(__fmul_rn(gate, fg), __fmul_rn(up, fu));
+        const int gate_col = 16 * (q / 8) + q % 8;  // repacked order: [gate 8 | up 8] per 16
+        h[q] = swiglu_fp32(__fmul_rn(cols[gate_col], fg), __fmul_rn(cols[gate_col + 8], fu));
       }
       if constexpr (EPI == GemmEpilogue::kSwigluNvfp4) {
         const float quant_scale = p.out_scale[expert];
@@ -350,9 +411,13 @@ __global__ void reduce_splits_kernel(Params p, int splits, int num_experts, cons
 template <int CFG, GemmEpilogue EPI>
 void launch_config(const Params& p, int64_t max_tiles, cudaStream_t stream, int splits = 1) {
   constexpr TileConfig c = kConfigs[CFG];
-  const dim3 grid(static_cast<unsigned>(p.n / c.bn), static_cast<unsigned>(max_tiles), static_cast<unsigned>(splits));
-  grouped_gemm_kernel<CFG, EPI><<<grid, c.warps_m * c.warps_n * 32, smem_bytes(c), stream>>>(p);
-  FP4MOE_CUDA_CHECK_LAUNCH();
+  if constexpr (!supports_epilogue(c, EPI)) {
+    fail("grouped GEMM: tile configuration ", CFG, " cannot run this epilogue");
+  } else {
+    const dim3 grid(static_cast<unsigned>(p.n / c.bn), static_cast<unsigned>(max_tiles), static_cast<unsigned>(splits));
+    grouped_gemm_kernel<CFG, EPI><<<grid, c.warps_m * c.warps_n * 32, smem_bytes(c), stream>>>(p);
+    FP4MOE_CUDA_CHECK_LAUNCH();
+  }
 }
 
 template <GemmEpilogue EPI>
@@ -361,14 +426,18 @@ void launch_epilogue(const Params& p, int cfg, int64_t max_tiles, cudaStream_t s
     case 0: return launch_config<0, EPI>(p, max_tiles, stream);
     case 1: return launch_config<1, EPI>(p, max_tiles, stream);
     case 2: return launch_config<2, EPI>(p, max_tiles, stream);
+    case 3: return launch_config<3, EPI>(p, max_tiles, stream);
+    case 4: return launch_config<4, EPI>(p, max_tiles, stream);
   }
+  static_assert(kNumConfigs == 5, "launch_epilogue lists every configuration");
   fail("grouped GEMM: unknown tile configuration ", cfg);
 }
 
-int config_index(int tile_m) {
-  for (int i = 0; i < 3; ++i)
-    if (kConfigs[i].bm == tile_m) return i;
-  fail("grouped GEMM: no tile configuration for tile_m = ", tile_m, " (have 16, 64, 128)");
+// The first configuration of the M tile that runs the epilogue.
+int config_index(int tile_m, GemmEpilogue epilogue) {
+  for (int i = 0; i < kNumConfigs; ++i)
+    if (kConfigs[i].bm == tile_m && supports_epilogue(kConfigs[i], epilogue)) return i;
+  fail("grouped GEMM: no tile configuration for tile_m = ", tile_m, " (have 16, 64, 96, 128)");
 }
 
 template <int CFG>
@@ -376,8 +445,10 @@ void configure_config() {
   const int bytes = static_cast<int>(smem_bytes(kConfigs[CFG]));
   FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwiglu>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwigluNvfp4>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if constexpr (supports_epilogue(kConfigs[CFG], GemmEpilogue::kSwigluNvfp4)) {
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwigluNvfp4>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  }
   FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kScaleFp32>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if constexpr (CFG == 0) {
@@ -388,14 +459,23 @@ void configure_config() {
 
 }  // namespace
 
-size_t grouped_gemm_smem_bytes(int tile_m) { return smem_bytes(kConfigs[config_index(tile_m)]); }
+size_t grouped_gemm_smem_bytes(int tile_m) {
+  config_index(tile_m, GemmEpilogue::kSwiglu);  // unknown tiles are errors
+  size_t bytes = 0;
+  for (const TileConfig& c : kConfigs)
+    if (c.bm == tile_m) bytes = std::max(bytes, smem_bytes(c));
+  return bytes;
+}
 
 int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m) {
   if (tile_m != kConfigs[0].bm || rows > kSplitMaxRows || rows <= 0) return 1;
-  // Aim at ~16 streaming warps per SM of an H100/H200-class GPU (2112 warps), >= 2 chunks per split.
+  // The most splits that keep the one-warp CTAs within one wave of an H100/H200-class GPU (132 SMs x
+  // 16 resident CTAs), >= 2 chunks per split. Measured (H200, E=512, T=1..16): a second, partial wave
+  // costs more than the split saves (GEMM1 at T=1: 3 splits 39 us, 4 splits 44 us, 1 split 42 us;
+  // GEMM2 at T=1 and everything from T=2 on is fastest unsplit).
+  constexpr int64_t kWaveCtas = 132 * kConfigs[0].min_blocks;
   const int64_t warps = (n / kConfigs[0].bn) * std::min<int64_t>(num_experts, rows);
-  int64_t splits = (2112 + warps - 1) / warps;
-  splits = std::min<int64_t>(splits, std::min<int64_t>(kMaxKSplits, (k / kChunkK) / 2));
+  const int64_t splits = std::min<int64_t>(kWaveCtas / warps, std::min<int64_t>(kMaxKSplits, (k / kChunkK) / 2));
   return static_cast<int>(std::max<int64_t>(1, splits));
 }
 
@@ -409,7 +489,11 @@ void configure_grouped_gemm_kernels() {
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   configure_config<0>();
   configure_config<1>();
+  // 96 and 128 rows need more than the ~100 KB per block of SM 8.6/8.9 parts; the backend never
+  // picks them there (cuda_sm80_pipeline.cpp, large_tile_fits).
   if (static_cast<size_t>(optin) >= smem_bytes(kConfigs[2])) configure_config<2>();
+  if (static_cast<size_t>(optin) >= smem_bytes(kConfigs[3])) configure_config<3>();
+  if (static_cast<size_t>(optin) >= smem_bytes(kConfigs[4])) configure_config<4>();
 }
 
 void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue epilogue, int tile_m,
@@ -428,9 +512,16 @@ void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue e
            static_cast<int>(args.k), args.scale_first, args.scale_second, args.input_scale, args.out_scale,
            args.route.tile_expert, args.route.tile_row_begin, args.route.num_tiles, args.route.expert_offsets,
            args.out, args.split_workspace, args.rows};
-  const int cfg = config_index(tile_m);
-  const int splits =
-      args.split_workspace ? grouped_gemm_k_splits(args.n, args.k, args.rows, args.num_experts, tile_m) : 1;
+  const int cfg = config_index(tile_m, epilogue);
+  FP4MOE_CHECK(args.k_splits >= 0 && args.k_splits <= kMaxKSplits, "grouped GEMM: k_splits ", args.k_splits,
+               " outside [0, ", kMaxKSplits, "]");
+  FP4MOE_CHECK(args.k_splits <= 1 || (args.split_workspace && tile_m == kConfigs[0].bm && args.rows <= kSplitMaxRows),
+               "grouped GEMM: forced k_splits ", args.k_splits, " needs the split workspace, tile_m 16 and rows <= ",
+               kSplitMaxRows);
+  const int splits = args.k_splits > 0 ? args.k_splits
+                     : args.split_workspace
+                         ? grouped_gemm_k_splits(args.n, args.k, args.rows, args.num_experts, tile_m)
+                         : 1;
   if (splits > 1) {
     launch_config<0, GemmEpilogue::kPartialFp32>(p, args.max_tiles, stream, splits);
     const unsigned rows = static_cast<unsigned>(args.rows);

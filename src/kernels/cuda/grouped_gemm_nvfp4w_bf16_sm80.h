@@ -34,6 +34,7 @@ struct GroupedGemmArgs {
   int64_t max_tiles = 0;                // grid bound: moe_max_tiles(T, K, E, tile_m)
   int64_t rows = 0;                     // T*K (sorted rows; the row stride of split-K partials)
   float* split_workspace = nullptr;     // grouped_gemm_split_workspace_bytes(N); null disables split-K
+  int k_splits = 0;                     // 0: grouped_gemm_k_splits decides; 1..kMaxKSplits forces (tuning, tests)
   void* out = nullptr;
 };
 
@@ -46,8 +47,8 @@ int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, i
 size_t grouped_gemm_split_workspace_bytes(int64_t max_n);
 
 // M tiles with a kernel configuration: 16 (decode: 1 warp x 32 columns per CTA, so every SM streams
-// weights), 64 and 128 (prefill).
-inline constexpr int kGemmTileMs[] = {16, 64, 128};
+// weights), 64, 96 and 128 (prefill; 96 and 128 need more than 100 KB of shared memory per block).
+inline constexpr int kGemmTileMs[] = {16, 64, 96, 128};
 // Dynamic shared memory of the configuration for tile_m (to check against the device's opt-in limit).
 size_t grouped_gemm_smem_bytes(int tile_m);
 // Sets the kernels' shared-memory attributes (call once per device before capturing launches).

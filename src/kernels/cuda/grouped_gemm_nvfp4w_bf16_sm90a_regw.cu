@@ -19,11 +19,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 
 #include "common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/common/static_count.cuh"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm90a.h"
 #include "kernels/cuda/nvfp4_device.cuh"
 #include "kernels/cuda/sm90a_async.cuh"
@@ -101,23 +101,6 @@ struct Params {
   const int32_t* expert_offsets;
   void* out;
 };
-
-// fn(std::integral_constant<int, C>) for C = min(cols, Max) rounded down to 32 (cols >= 32): the K
-// loop is compiled once per column count, so an expert's last, partial tile pays the tensor cores for
-// its tokens rounded up to 32 instead of the whole tile, with one wgmma of that N per step (B rows are
-// 128 bytes and the first C / 2 accumulators hold tokens 0..C-1, so a prefix of the tile is a prefix of both).
-template <int Max, class Fn>
-__device__ __forceinline__ void with_token_columns(int cols, Fn&& fn) {
-  static_assert(Max % 32 == 0 && Max > 0, "token columns come in 32s");
-  if constexpr (Max == 32) {
-    fn(std::integral_constant<int, 32>{});
-  } else {
-    if (cols >= Max)
-      fn(std::integral_constant<int, Max>{});
-    else
-      with_token_columns<Max - 32>(cols, fn);
-  }
-}
 
 template <int T, GemmEpilogue EPI>
 __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_constant__ CUtensorMap tmap_a, Params p) {
@@ -257,8 +240,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
     Fetched r[F];
     if (active) {
       fetch_block(r, b);
-      // The MMA covers the tile's tokens rounded up to 32 (an expert's last tile is usually partial).
-      with_token_columns<T>((max(rows, 1) + 31) / 32 * 32, [&](auto columns) {
+      // The MMA covers the tile's tokens rounded up to 32 (an expert's last tile is usually partial),
+      // with one wgmma of that N per step: the K loop is compiled once per width. B rows are 128
+      // bytes and the first C / 2 accumulators hold tokens 0..C-1, so a prefix of the tile is a
+      // prefix of both.
+      with_static_count<T, 32, 32>((max(rows, 1) + 31) / 32 * 32, [&](auto columns) {
         constexpr int kCols = decltype(columns)::value;
 #pragma unroll 1
         for (int kb = 0; kb < KB; ++kb, ++b) {

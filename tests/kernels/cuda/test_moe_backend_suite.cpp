@@ -208,7 +208,8 @@ TEST_P(MoeBackendSuite, GraphReplayMatchesEagerAndRunsAreBitIdentical) {
   }
 }
 
-// Small enough for compute-sanitizer (memcheck, racecheck): every kernel and tile config once.
+// Small enough for compute-sanitizer (memcheck, racecheck): every kernel and tile config the backend picks
+// on this device once (all sm80 GEMM tiles: CudaGroupedGemmTiles).
 TEST_P(MoeBackendSuite, TinySanitizerCase) {
   FP4MOE_REQUIRE_BACKEND_DEVICE(device);
   const MoeProblem base = moe_problem_for(model_preset("tiny"), ActivationMode::kW4A16);
@@ -216,7 +217,7 @@ TEST_P(MoeBackendSuite, TinySanitizerCase) {
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
     const MoeProblem problem = with_mode(base, mode);
     Runner runner(GetParam(), problem, weights, 200, *device);
-    for (int64_t T : {2, 100, 200}) {  // tile_m 16, 64 and 128 for E=16, K=4
+    for (int64_t T : {2, 100, 200}) {  // pipeline tile_m 16, then 96 (64 without its shared memory) for E=16, K=4
       const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 3 + T);
       const std::vector<float> logits = test::random_logits(T, problem.num_experts, 4 + T);
       check_case(runner, problem, weights, hidden, logits, nullptr, T, 1,

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "backends/cuda_sm80_pipeline.h"
+#include "backends/pipeline_parts.h"
 #include "format/synthetic.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"
@@ -21,17 +22,9 @@ TEST(CudaMoeStageTiming, Qwen35Shape) {
   FP4MOE_REQUIRE_SM80(device);
   const int64_t H = 4096, I = 1024, E = 64, K = 10, max_t = 4096;
   const MoeWeights w = synthetic_moe_weights(E, H, I, 1);
-  std::vector<uint8_t> w13(w.w13_packed.size()), w13s(w.w13_scales.size()), w2(w.w2_packed.size()), w2s(w.w2_scales.size());
-  const auto order = gate_up_interleaved_rows(I);
-  for (int64_t e = 0; e < E; ++e) {
-    Nvfp4View v{w.w13_packed.data() + e * I * H, w.w13_scales.data() + e * 2 * I * H / 16, 1.0f, 2 * I, H};
-    repack_nvfp4_for_mma(v, order, w13.data() + e * I * H, w13s.data() + e * 2 * I * H / 16);
-    repack_nvfp4_for_mma(w.down(e), {}, w2.data() + e * H * I / 2, w2s.data() + e * H * I / 16);
-  }
-  DeviceBuffer d_w13 = DeviceBuffer::from_host(w13), d_w13s = DeviceBuffer::from_host(w13s);
-  DeviceBuffer d_w2 = DeviceBuffer::from_host(w2), d_w2s = DeviceBuffer::from_host(w2s);
-  DeviceBuffer g2 = DeviceBuffer::from_host(w.gate_scale2), u2 = DeviceBuffer::from_host(w.up_scale2);
-  DeviceBuffer d2 = DeviceBuffer::from_host(w.down_scale2), in2 = DeviceBuffer::from_host(w.w2_input_scale);
+  const DeviceExpertWeights dw = upload_repacked_expert_weights(w, repack_nvfp4_for_mma);
+  const DeviceBuffer &d_w13 = dw.w13, &d_w13s = dw.w13_scales, &d_w2 = dw.w2, &d_w2s = dw.w2_scales;
+  const DeviceBuffer &g2 = dw.gate_scale2, &u2 = dw.up_scale2, &d2 = dw.down_scale2, &in2 = dw.w2_input_scale;
   DeviceBuffer route_ws(moe_route_workspace_bytes(max_t, K, E, 16));
   const MoeRouteBuffers b = carve_moe_route_workspace(route_ws.get(), max_t, K, E, 16);
   DeviceBuffer rows(max_t * K * H * 2), h(max_t * K * I * 2), o(max_t * K * H * 4), out(max_t * H * 2);
