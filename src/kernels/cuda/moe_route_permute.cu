@@ -51,13 +51,14 @@ struct AlignParams {
 };
 
 __global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) {
-  extern __shared__ int align_smem[];  // hist [kAlignWarps][E], scan scratch [kAlignWarps], unused, row/tile bases
+  extern __shared__ int align_smem[];  // hist [kAlignWarps][E], scan scratch [kAlignWarps], row and tile bases
   const int E = p.num_experts;
   int* hist = align_smem;
   int* scratch = hist + kAlignWarps * E;
+  int* bases = scratch + kAlignWarps;  // [0] rows, [1] tiles before the current batch of experts
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int i = threadIdx.x; i < kAlignWarps * E; i += blockDim.x) hist[i] = 0;
-  if (threadIdx.x == 0) scratch[kAlignWarps + 1] = scratch[kAlignWarps + 2] = 0;
+  if (threadIdx.x == 0) bases[0] = bases[1] = 0;
   __syncthreads();
 
   const int64_t chunk = (p.slots + kAlignWarps - 1) / kAlignWarps;
@@ -89,8 +90,7 @@ __global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) 
     const int tiles = (count + p.tile_m - 1) / p.tile_m;
     int tiles_total = 0;
     const int tile_offset = block_exclusive_scan<kAlignWarps>(tiles, scratch, tiles_total);
-    const int row_base = scratch[kAlignWarps + 1];    // rows before this batch of experts
-    const int tile_base = scratch[kAlignWarps + 2];  // tiles before this batch of experts
+    const int row_base = bases[0], tile_base = bases[1];
     if (e < E) {
       const int first = row_base + offset;
       p.b.expert_counts[e] = count;
@@ -108,14 +108,14 @@ __global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) 
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      scratch[kAlignWarps + 1] = row_base + total;
-      scratch[kAlignWarps + 2] = tile_base + tiles_total;
+      bases[0] = row_base + total;
+      bases[1] = tile_base + tiles_total;
     }
     __syncthreads();
     expert_total_tiles = tile_base + tiles_total;
   }
   if (threadIdx.x == 0) {
-    p.b.expert_offsets[E] = scratch[kAlignWarps + 1];
+    p.b.expert_offsets[E] = bases[0];
     *p.b.num_tiles = expert_total_tiles;
   }
   __syncthreads();
@@ -301,11 +301,11 @@ void launch_moe_align(const MoeRouteBuffers& buffers, int64_t tokens, int top_k,
   FP4MOE_CHECK(tile_m >= 1, "launch_moe_align: tile_m must be >= 1, got ", tile_m);
   FP4MOE_CHECK(tokens >= 0 && tokens * top_k < (int64_t{1} << 30), "launch_moe_align: bad token count ", tokens);
   AlignParams p{buffers, tokens * top_k, num_experts, tile_m};
-  const size_t smem = (static_cast<size_t>(kAlignWarps) * num_experts + kAlignWarps + 3) * sizeof(int);
+  const size_t smem = (static_cast<size_t>(kAlignWarps) * num_experts + kAlignWarps + 2) * sizeof(int);
   static bool configured = false;  // the attribute is per function; 66 KB at E = 1024
   if (!configured) {
     FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(align_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>((kAlignWarps * kMaxExperts + kAlignWarps + 3) * sizeof(int))));
+                                           static_cast<int>((kAlignWarps * kMaxExperts + kAlignWarps + 2) * sizeof(int))));
     configured = true;
   }
   align_kernel<<<1, kAlignWarps * 32, smem, stream>>>(p);
