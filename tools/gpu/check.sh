@@ -82,7 +82,13 @@ if [[ $skip != *" sanitizer "* ]] && [ -x "$kernels_test" ]; then
   for tool in memcheck racecheck; do
     t=$(now)
     filter='Backends/MoeBackendSuite.Tiny*'  # every CUDA backend's tiny cases
-    [ $tool = memcheck ] && filter="$filter:CudaMoeAlign.*:CudaMoeGather.*"
+    [ $tool = memcheck ] && filter="$filter:CudaMoeAlign.*:CudaMoeGather.*:CudaGroupedGemmTiles.*"
+    # racecheck does not see the mbarrier complete_tx of raw-address cp.async.bulk copies as ordering
+    # them before the consumers' ld.shared (a known false positive; descriptor TMA is not affected):
+    # it flags every K block of the sm90 register-weight GEMM, whose weight codes arrive that way and
+    # are read with LDS after the stage's full barrier. That kernel's ordering is covered instead by
+    # memcheck, its 3-CTA vs full-grid bit identity and graph-replay tests, and the SASS scan above.
+    [ $tool = racecheck ] && filter="$filter:CudaGroupedGemmTiles.*-*cuda_sm90*"
     echo "=== compute-sanitizer --tool $tool ($filter)" >> "$out/sanitizer.log"
     compute-sanitizer --tool $tool --error-exitcode 9 "$kernels_test" --gtest_filter="$filter" >> "$out/sanitizer.log" 2>&1
     rc=$?
