@@ -60,7 +60,8 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a(const Sm90GemmArgs& args, GemmEpilogu
 // ---- Second kernel: weights dequantized into registers (grouped_gemm_nvfp4w_bf16_sm90a_regw.cu) ----
 // The weights are wgmma's A operand (64 weight rows per consumer warpgroup, read as FP4 from shared
 // memory and dequantized straight into the register fragment), the token rows its N (tile_tokens per
-// tile, so small experts pad less), fp32 accumulators. Same Sm90GemmArgs, but `route` and
+// tile, so small experts pad less; an expert's last, partial tile runs at its rows rounded up to 32),
+// fp32 accumulators. Same Sm90GemmArgs, but `route` and
 // `max_tiles` must be for M tiles of tile_tokens rows, and the weights in the layout below.
 // Weight layout (repack_nvfp4_for_sm90_regw): per (expert, 128-row N tile, 64-wide K block) 4 KB of
 // packed codes [8 row groups of 16][32 lanes][4 words] and 512 bytes of E4M3 codes [128 rows][4]; word
@@ -71,7 +72,8 @@ inline constexpr int kSm90RegwTileTokens[] = {64, 128, 256};  // the compiled to
 inline constexpr int kSm90RegwSmallestTileTokens = 64;        // for workspace sizing
 void repack_nvfp4_for_sm90_regw(const Nvfp4View& m, std::span<const int64_t> source_rows, uint8_t* packed_out,
                                 uint8_t* scales_out);
-// The token tile for a call: fewest padded rows + per-tile overhead for the average rows per expert.
+// The token tile for a call: the least expected cost (per-tile overhead + per-column cost, partial
+// tiles at their rows rounded up to 32) for the average rows per expert; fitted on the H200.
 int sm90_regw_choose_tile_tokens(int64_t tokens, int top_k, int num_experts);
 // Largest dynamic shared memory over the compiled token tiles.
 size_t sm90_regw_smem_bytes();
