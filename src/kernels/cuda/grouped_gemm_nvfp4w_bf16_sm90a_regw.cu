@@ -235,7 +235,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
     // registers and copying was seen to be wrong (ptxas merged the copies and placed the next
     // block's decode in the running wgmma's registers). What overlaps a running group is the fetch
     // of the next block (barrier wait, LDS, table lookups) into registers no wgmma reads; the other
-    // consumer warpgroup's wgmma keep the tensor cores busy during the decode.
+    // consumer warpgroup's wgmma keep the tensor cores busy during the decode. (Two operand sets with
+    // wait_group(1), which compiles cleanly, measured 3-5 % slower: docs/perf/...-sm90-prefill-r3.md.)
     uint32_t f[F][4][4];
     Fetched r[F];
     if (active) {
