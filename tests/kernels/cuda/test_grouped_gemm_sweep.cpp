@@ -20,6 +20,7 @@
 #include "backends/pipeline_parts.h"
 #include "format/synthetic.h"
 #include "gpu_test_util.h"
+#include "sm80_gemm_args.h"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"
 #include "kernels/cuda/moe_route_permute.h"
 #include "kernels/cuda/nvfp4_mma_layout.h"
@@ -29,12 +30,8 @@ namespace {
 
 constexpr int64_t kH = 4096, kI = 1024, kE = 512, kK = 10, kDistinct = 16;
 
-struct Qwen35Gemms {
-  DeviceBuffer w13, w13s, w2, w2s, g2, u2, d2, in2;
-};
-
 // 16 distinct experts repacked and uploaded once, replicated to 512 on the device.
-Qwen35Gemms make_weights() {
+DeviceExpertWeights make_weights() {
   const DeviceExpertWeights d =
       upload_repacked_expert_weights(synthetic_moe_weights(kDistinct, kH, kI, 5), repack_nvfp4_for_mma);
   auto replicate = [](const DeviceBuffer& src) {
@@ -43,8 +40,12 @@ Qwen35Gemms make_weights() {
       FP4MOE_CUDA_CHECK(cudaMemcpy(dst.as<uint8_t>() + r * src.bytes(), src.get(), src.bytes(), cudaMemcpyDeviceToDevice));
     return dst;
   };
-  return {replicate(d.w13), replicate(d.w13_scales), replicate(d.w2), replicate(d.w2_scales),
-          replicate(d.gate_scale2), replicate(d.up_scale2), replicate(d.down_scale2), replicate(d.w2_input_scale)};
+  DeviceExpertWeights all;
+  all.w13 = replicate(d.w13), all.w13_scales = replicate(d.w13_scales);
+  all.w2 = replicate(d.w2), all.w2_scales = replicate(d.w2_scales);
+  all.gate_scale2 = replicate(d.gate_scale2), all.up_scale2 = replicate(d.up_scale2);
+  all.down_scale2 = replicate(d.down_scale2), all.w2_input_scale = replicate(d.w2_input_scale);
+  return all;
 }
 
 double median(std::vector<double> v) {
@@ -64,7 +65,7 @@ TEST(CudaGroupedGemmSweep, Qwen35TilesAndSplits) {
   std::vector<int64_t> big_t = {1024, 2048, 4096, 16384}, small_t = {1, 2, 4, 8, 16};
   if (const char* env = std::getenv("FP4MOE_SWEEP_BIG_TOKENS")) big_t = {std::atoll(env)};
   const int64_t max_t = *std::max_element(big_t.begin(), big_t.end());
-  const Qwen35Gemms w = make_weights();
+  const DeviceExpertWeights w = make_weights();
   const bool large_ok = device->shared_memory_per_block_optin >= static_cast<int64_t>(grouped_gemm_smem_bytes(128));
   DeviceBuffer route_ws(moe_route_workspace_bytes(max_t, kK, kE, 16));
   const MoeRouteBuffers b = carve_moe_route_workspace(route_ws.get(), max_t, kK, kE, 16);
@@ -83,15 +84,7 @@ TEST(CudaGroupedGemmSweep, Qwen35TilesAndSplits) {
   for (auto& e : ev) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
 
   auto gemm_args = [&](int64_t T, int tile_m) {
-    GroupedGemmArgs a1;
-    a1.a = rows.get(), a1.w_packed = w.w13.as<uint8_t>(), a1.w_scales = w.w13s.as<uint8_t>(), a1.n = 2 * kI, a1.k = kH;
-    a1.scale_first = w.g2.as<float>(), a1.scale_second = w.u2.as<float>(), a1.out_scale = w.in2.as<float>();
-    a1.route = b, a1.num_experts = static_cast<int>(kE), a1.max_tiles = moe_max_tiles(T, kK, kE, tile_m);
-    a1.rows = T * kK, a1.split_workspace = split.as<float>(), a1.out = h.get();
-    GroupedGemmArgs a2 = a1;
-    a2.a = h.get(), a2.w_packed = w.w2.as<uint8_t>(), a2.w_scales = w.w2s.as<uint8_t>(), a2.n = kH, a2.k = kI;
-    a2.scale_first = w.d2.as<float>(), a2.scale_second = nullptr, a2.out = o.get();
-    return std::make_pair(a1, a2);
+    return test::sm80_w4a16_gemm_args(w, b, T, kK, kE, kH, kI, tile_m, rows.get(), h.get(), o.get(), split.as<float>());
   };
   // Times GEMM1 and GEMM2 (medians, us); `prepare(rep)` routes, aligns and gathers before each rep.
   auto time_gemms = [&](GroupedGemmArgs& a1, GroupedGemmArgs& a2, int tile_m, int reps, const auto& prepare) {

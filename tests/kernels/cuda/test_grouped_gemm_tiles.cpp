@@ -14,6 +14,7 @@
 #include "backends/pipeline_parts.h"
 #include "format/synthetic.h"
 #include "gpu_test_util.h"
+#include "sm80_gemm_args.h"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"
 #include "kernels/cuda/moe_route_permute.h"
 #include "kernels/cuda/nvfp4_mma_layout.h"
@@ -26,8 +27,6 @@ TEST(CudaGroupedGemmTiles, EveryTileConfigurationGivesTheSameBits) {
   const int64_t H = 512, I = 256, E = 16, K = 4, max_t = 400;
   const MoeWeights w = synthetic_moe_weights(E, H, I, 21);
   const DeviceExpertWeights dw = upload_repacked_expert_weights(w, repack_nvfp4_for_mma);
-  const DeviceBuffer &d_w13 = dw.w13, &d_w13s = dw.w13_scales, &d_w2 = dw.w2, &d_w2s = dw.w2_scales;
-  const DeviceBuffer &g2 = dw.gate_scale2, &u2 = dw.up_scale2, &d2 = dw.down_scale2, &in2 = dw.w2_input_scale;
   DeviceBuffer route_ws(moe_route_workspace_bytes(max_t, K, E, 16));
   const MoeRouteBuffers b = carve_moe_route_workspace(route_ws.get(), max_t, K, E, 16);
   DeviceBuffer rows(max_t * K * H * 2), h(max_t * K * I * 2), o(max_t * K * H * 4);
@@ -45,14 +44,8 @@ TEST(CudaGroupedGemmTiles, EveryTileConfigurationGivesTheSameBits) {
       launch_moe_route(rc, logits.as<float>(), nullptr, T, b.topk_ids, b.topk_weights, nullptr);
       launch_moe_align(b, T, K, E, tile_m, nullptr);
       launch_moe_gather(hidden.get(), b, T, K, E, H, nullptr, rows.get(), nullptr);
-      GroupedGemmArgs a1;
-      a1.a = rows.get(), a1.w_packed = d_w13.as<uint8_t>(), a1.w_scales = d_w13s.as<uint8_t>(), a1.n = 2 * I, a1.k = H;
-      a1.scale_first = g2.as<float>(), a1.scale_second = u2.as<float>(), a1.out_scale = in2.as<float>();
-      a1.route = b, a1.num_experts = static_cast<int>(E), a1.max_tiles = moe_max_tiles(T, K, E, tile_m);
-      a1.rows = T * K, a1.out = h.get();  // no split workspace: one pass over K
-      GroupedGemmArgs a2 = a1;
-      a2.a = h.get(), a2.w_packed = d_w2.as<uint8_t>(), a2.w_scales = d_w2s.as<uint8_t>(), a2.n = H, a2.k = I;
-      a2.scale_first = d2.as<float>(), a2.scale_second = nullptr, a2.out = o.get();
+      // No split workspace: one pass over K.
+      const auto [a1, a2] = test::sm80_w4a16_gemm_args(dw, b, T, K, E, H, I, tile_m, rows.get(), h.get(), o.get(), nullptr);
       // W4A4 epilogue first (its h is only compared), then W4A16 h and the GEMM2 that reads it.
       FP4MOE_CUDA_CHECK(cudaMemset(h.get(), 0xFF, T * K * I * 2));
       launch_grouped_gemm_nvfp4w_bf16(a1, GemmEpilogue::kSwigluNvfp4, tile_m, nullptr);

@@ -11,6 +11,7 @@
 #include "backends/pipeline_parts.h"
 #include "format/synthetic.h"
 #include "gpu_test_util.h"
+#include "sm80_gemm_args.h"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"
 #include "kernels/cuda/moe_route_permute.h"
 #include "kernels/cuda/nvfp4_mma_layout.h"
@@ -23,8 +24,6 @@ TEST(CudaMoeStageTiming, Qwen35Shape) {
   const int64_t H = 4096, I = 1024, E = 64, K = 10, max_t = 4096;
   const MoeWeights w = synthetic_moe_weights(E, H, I, 1);
   const DeviceExpertWeights dw = upload_repacked_expert_weights(w, repack_nvfp4_for_mma);
-  const DeviceBuffer &d_w13 = dw.w13, &d_w13s = dw.w13_scales, &d_w2 = dw.w2, &d_w2s = dw.w2_scales;
-  const DeviceBuffer &g2 = dw.gate_scale2, &u2 = dw.up_scale2, &d2 = dw.down_scale2, &in2 = dw.w2_input_scale;
   DeviceBuffer route_ws(moe_route_workspace_bytes(max_t, K, E, 16));
   const MoeRouteBuffers b = carve_moe_route_workspace(route_ws.get(), max_t, K, E, 16);
   DeviceBuffer rows(max_t * K * H * 2), h(max_t * K * I * 2), o(max_t * K * H * 4), out(max_t * H * 2);
@@ -40,14 +39,8 @@ TEST(CudaMoeStageTiming, Qwen35Shape) {
     DeviceBuffer hidden = DeviceBuffer::from_host(test::to_bf16_bits(synthetic_activations(T, H, T)));
     DeviceBuffer logits = DeviceBuffer::from_host(test::random_logits(T, E, T));
     const int tile_m = sm80_pipeline_tile_m(T, K, 512, device->shared_memory_per_block_optin >= 140000);
-    GroupedGemmArgs a1;
-    a1.a = rows.get(), a1.w_packed = d_w13.as<uint8_t>(), a1.w_scales = d_w13s.as<uint8_t>(), a1.n = 2 * I, a1.k = H;
-    a1.scale_first = g2.as<float>(), a1.scale_second = u2.as<float>(), a1.out_scale = in2.as<float>();
-    a1.route = b, a1.num_experts = static_cast<int>(E), a1.max_tiles = moe_max_tiles(T, K, E, tile_m), a1.out = h.get();
-    a1.rows = T * K, a1.split_workspace = split.as<float>();
-    GroupedGemmArgs a2 = a1;
-    a2.a = h.get(), a2.w_packed = d_w2.as<uint8_t>(), a2.w_scales = d_w2s.as<uint8_t>(), a2.n = H, a2.k = I;
-    a2.scale_first = d2.as<float>(), a2.scale_second = nullptr, a2.out = o.get();
+    const auto [a1, a2] =
+        test::sm80_w4a16_gemm_args(dw, b, T, K, E, H, I, tile_m, rows.get(), h.get(), o.get(), split.as<float>());
     double ms[6] = {};
     const int reps = 20;
     for (int rep = 0; rep < reps + 2; ++rep) {
