@@ -343,6 +343,43 @@ TEST(CudaSm90PrefillGemm, RegwRejectsUnknownTileAndW4A4Epilogue) {
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 96, GemmEpilogue::kScaleFp32, nullptr), Error);
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kSwigluNvfp4, nullptr), Error);
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kPartialFp32, nullptr), Error);
+  // One 128-row N tile = one unit per token tile: no pair of units to share it in a 2-CTA cluster.
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kScaleFp32, nullptr, 2), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kScaleFp32, nullptr, 3), Error);
+}
+
+// 2-CTA clusters (a multicast token tile, each stage released by both CTAs' consumers) compute every
+// item exactly as single CTAs do: same bits at every token tile, on the full grid and on 4 SMs (two
+// clusters, many items each: barrier phases across items and the remote arrivals of every stage).
+TEST(CudaSm90PrefillGemm, RegwClustersGiveTheSameBitsAsSingleCtas) {
+  REQUIRE_SM90(device);
+  configure_sm90_regw_kernels();
+  const int64_t K = 320, N = 512;  // 4 N tiles: 2 units of 256 rows (tiles 64, 128), 4 of 128 (tile 256)
+  Rng rng(41);
+  std::vector<Nvfp4Matrix> w;
+  for (size_t e = 0; e < kUnevenCounts.size(); ++e) w.push_back(random_nvfp4(N, K, rng));
+  const std::vector<float> scale(kUnevenCounts.size(), 0.5f);
+  DeviceBuffer scale_dev = DeviceBuffer::from_host(scale);
+  for (const int tile : kSm90RegwTileTokens) {
+    GemmFixture fx(kUnevenCounts, K, 42, tile);
+    auto [packed, scales] = upload_repacked(GemmVariant{"regw", tile, true}, w, {});
+    std::vector<std::vector<float>> outs;
+    for (int sms : {device->multiprocessors, 4})
+      for (int cluster : {1, 2}) {
+        DeviceBuffer out(static_cast<size_t>(fx.T * N * 4));
+        FP4MOE_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));  // NaN poison
+        Sm90GemmArgs g = fx.args(packed, scales, N, sms);
+        g.scale_first = scale_dev.as<float>();
+        g.out = out.get();
+        launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, tile, GemmEpilogue::kScaleFp32, nullptr, cluster);
+        FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+        outs.push_back(out.to_host<float>());
+      }
+    for (const float v : outs[0]) ASSERT_TRUE(std::isfinite(v)) << "tile " << tile << ": an output was not written";
+    for (size_t i = 1; i < outs.size(); ++i)
+      EXPECT_TRUE(std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * 4) == 0)
+          << "tile " << tile << ": run " << i << " (grid, cluster) differs from single CTAs on the full grid";
+  }
 }
 
 // ---------------------------------------------------------------- backend level
