@@ -362,7 +362,9 @@ void launch_kernel(const Sm90GemmArgs& args, const Params& p, int64_t groups, cu
     config.stream = stream;
     config.attrs = attribute;
     config.numAttrs = 1;
-    config.gridDim = dim3(static_cast<unsigned>(args.num_sms / C * C));
+    // The query answers for the whole device; its grid is one cluster, the smallest valid one (a grid
+    // of num_sms / C * C blocks is empty, hence invalid, when the caller caps num_sms at 1).
+    config.gridDim = dim3(C);
     // Persistent: one wave of clusters. Clusters live within a GPC, so fewer than num_sms / 2 may fit.
     int resident = 0;
     FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&resident, kernel, &config));
@@ -496,8 +498,11 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int ti
   FP4MOE_CHECK(cluster == 0 || cluster == 1 || cluster == 2, "sm90 regw GEMM: cluster size ", cluster, " is not 0 (auto), 1 or 2");
   FP4MOE_CHECK(cluster != 2 || n_units % 2 == 0, "sm90 regw GEMM: a 2-CTA cluster needs an even number of weight units per token tile (",
                n_units, ")");
-  // Pairs of units share a token tile when there are pairs to make (every shape of the presets).
-  const int c = cluster != 0 ? cluster : (n_units % 2 == 0 ? 2 : 1);
+  FP4MOE_CHECK(cluster != 2 || args.num_sms >= 2, "sm90 regw GEMM: a 2-CTA cluster needs num_sms >= 2 (", args.num_sms,
+               ")");
+  // Pairs of units share a token tile when there are pairs to make (every shape of the presets) and
+  // the caller's SM cap leaves room for a cluster.
+  const int c = cluster != 0 ? cluster : (n_units % 2 == 0 && args.num_sms >= 2 ? 2 : 1);
   const int64_t groups = args.max_tiles * (n_units / c);  // upper bound on the work items per CTA group
   switch (tile_tokens) {
     case 64: return launch_epi<64>(args, p, c, groups, epilogue, stream);
