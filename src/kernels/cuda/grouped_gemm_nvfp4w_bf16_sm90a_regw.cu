@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -344,6 +346,50 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
   if constexpr (C == 2) cluster_sync();
 }
 
+// Resident 2-CTA clusters per device, token tile and epilogue. configure_sm90_regw_kernels queries them
+// once per device, so a launch (possibly inside a CUDA-graph capture) only reads the table.
+constexpr int tile_index(int tokens) { return tokens == 64 ? 0 : tokens == 128 ? 1 : 2; }
+constexpr int epilogue_index(GemmEpilogue e) { return e == GemmEpilogue::kSwiglu ? 0 : 1; }
+struct ClusterResidency {
+  int device;
+  int resident[3][2];  // [tile_index][epilogue_index]
+};
+std::mutex g_residency_mutex;
+std::vector<ClusterResidency> g_residency;
+
+int current_device() {
+  int device = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+cudaLaunchConfig_t cluster_launch_config(cudaLaunchAttribute& attribute, size_t smem, cudaStream_t stream) {
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 2, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  config.gridDim = dim3(2);  // the occupancy query's grid: one cluster (it answers for the whole device)
+  return config;
+}
+template <int T, GemmEpilogue EPI>
+int query_resident_clusters() {
+  cudaLaunchAttribute attribute;
+  cudaLaunchConfig_t config = cluster_launch_config(attribute, RegwLayout<T>::kSmemBytes, nullptr);
+  int resident = 0;
+  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&resident, sm90_regw_kernel<T, EPI, 2>, &config));
+  return resident;
+}
+int resident_clusters(int tokens, GemmEpilogue epilogue) {
+  const int device = current_device();
+  std::lock_guard<std::mutex> lock(g_residency_mutex);
+  for (const ClusterResidency& r : g_residency)
+    if (r.device == device) return r.resident[tile_index(tokens)][epilogue_index(epilogue)];
+  fail("sm90 regw GEMM: configure_sm90_regw_kernels() was not called on device ", device);
+}
+
 template <int T, GemmEpilogue EPI, int C>
 void launch_kernel(const Sm90GemmArgs& args, const Params& p, int64_t groups, cudaStream_t stream) {
   const CUtensorMap map = make_bf16_rows_map(args.a, args.rows, args.k, T / C);  // C = 2: each CTA loads half
@@ -353,21 +399,10 @@ void launch_kernel(const Sm90GemmArgs& args, const Params& p, int64_t groups, cu
     const int grid = static_cast<int>(std::min<int64_t>(args.num_sms, groups));
     kernel<<<grid, kThreads, kSmem, stream>>>(map, p);
   } else {
-    cudaLaunchConfig_t config{};
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = C, attribute[0].val.clusterDim.y = 1, attribute[0].val.clusterDim.z = 1;
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = kSmem;
-    config.stream = stream;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    // The query answers for the whole device; its grid is one cluster, the smallest valid one (a grid
-    // of num_sms / C * C blocks is empty, hence invalid, when the caller caps num_sms at 1).
-    config.gridDim = dim3(C);
+    cudaLaunchAttribute attribute;
+    cudaLaunchConfig_t config = cluster_launch_config(attribute, kSmem, stream);
     // Persistent: one wave of clusters. Clusters live within a GPC, so fewer than num_sms / 2 may fit.
-    int resident = 0;
-    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&resident, kernel, &config));
+    const int resident = resident_clusters(T, EPI);
     const int64_t max_groups = std::min<int64_t>(resident, args.num_sms / C);  // num_sms: the caller's cap
     FP4MOE_CHECK(max_groups > 0, "sm90 regw GEMM: no cluster of ", C, " CTAs fits (", resident, " resident, num_sms ",
                  args.num_sms, ")");
@@ -474,6 +509,17 @@ void configure_sm90_regw_kernels() {
   set_smem_attributes<64>();
   set_smem_attributes<128>();
   set_smem_attributes<256>();
+  ClusterResidency r{current_device(), {}};  // after the shared-memory attributes: the query uses them
+  r.resident[0][0] = query_resident_clusters<64, GemmEpilogue::kSwiglu>();
+  r.resident[0][1] = query_resident_clusters<64, GemmEpilogue::kScaleFp32>();
+  r.resident[1][0] = query_resident_clusters<128, GemmEpilogue::kSwiglu>();
+  r.resident[1][1] = query_resident_clusters<128, GemmEpilogue::kScaleFp32>();
+  r.resident[2][0] = query_resident_clusters<256, GemmEpilogue::kSwiglu>();
+  r.resident[2][1] = query_resident_clusters<256, GemmEpilogue::kScaleFp32>();
+  std::lock_guard<std::mutex> lock(g_residency_mutex);
+  for (ClusterResidency& existing : g_residency)
+    if (existing.device == r.device) return void(existing = r);
+  g_residency.push_back(r);
 }
 
 void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int tile_tokens, GemmEpilogue epilogue,
@@ -500,9 +546,10 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int ti
                n_units, ")");
   FP4MOE_CHECK(cluster != 2 || args.num_sms >= 2, "sm90 regw GEMM: a 2-CTA cluster needs num_sms >= 2 (", args.num_sms,
                ")");
-  // Pairs of units share a token tile when there are pairs to make (every shape of the presets) and
-  // the caller's SM cap leaves room for a cluster.
-  const int c = cluster != 0 ? cluster : (n_units % 2 == 0 && args.num_sms >= 2 ? 2 : 1);
+  // Pairs of units share a token tile when there are pairs to make (every shape of the presets), the
+  // caller's SM cap leaves room for a cluster and the device runs one (MIG / MPS limits may not).
+  const int c = cluster != 0 ? cluster
+                             : (n_units % 2 == 0 && args.num_sms >= 2 && resident_clusters(tile_tokens, epilogue) > 0 ? 2 : 1);
   const int64_t groups = args.max_tiles * (n_units / c);  // upper bound on the work items per CTA group
   switch (tile_tokens) {
     case 64: return launch_epi<64>(args, p, c, groups, epilogue, stream);
