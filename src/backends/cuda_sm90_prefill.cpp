@@ -28,14 +28,24 @@ constexpr std::string_view kId = "cuda.sm90.prefill.v1";
 struct KernelChoice {
   bool regw = true;
   int fixed_tile_tokens = 0;  // 0: sm90_regw_choose_tile_tokens per call
+  int cluster = 0;            // register-weight kernel: 0 auto (2-CTA clusters when possible), 1 or 2 forced
 };
+// FP4MOE_SM90_REGW_CLUSTER = "1" | "2" | "auto" (measurement knob; unset = auto; anything else is an error).
+int regw_cluster_from_env() {
+  const char* env = std::getenv("FP4MOE_SM90_REGW_CLUSTER");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "auto") return 0;
+  FP4MOE_CHECK(v == "1" || v == "2", "cuda.sm90.prefill: FP4MOE_SM90_REGW_CLUSTER=", v, " is not 1, 2 or auto");
+  return v == "1" ? 1 : 2;
+}
 KernelChoice choose_kernel(ActivationMode mode) {
   KernelChoice c;
   c.regw = mode != ActivationMode::kW4A4;
+  c.cluster = regw_cluster_from_env();
   const char* env = std::getenv("FP4MOE_SM90_PREFILL_KERNEL");
   const std::string v = env ? env : "";
   if (v.empty() || v == "auto") return c;
-  if (v == "smem") return KernelChoice{false, 0};
+  if (v == "smem") return KernelChoice{false, 0, 0};
   FP4MOE_CHECK(v == "regw" || v == "regw64" || v == "regw128" || v == "regw256", "cuda.sm90.prefill: FP4MOE_SM90_PREFILL_KERNEL=",
                v, " is not smem, regw, regw64, regw128, regw256 or auto");
   FP4MOE_CHECK(mode != ActivationMode::kW4A4, "cuda.sm90.prefill: W4A4 runs only the smem kernel (FP4MOE_SM90_PREFILL_KERNEL=",
@@ -112,7 +122,7 @@ class PreparedSm90Prefill final : public PreparedMoe {
     g1.out = ws.h;
     const GemmEpilogue epi1 = w4a4 ? GemmEpilogue::kSwigluNvfp4 : GemmEpilogue::kSwiglu;
     if (choice_.regw)
-      launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g1, tile_m, epi1, stream);
+      launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g1, tile_m, epi1, stream, choice_.cluster);
     else
       launch_grouped_gemm_nvfp4w_bf16_sm90a(g1, epi1, stream);
 
@@ -127,7 +137,7 @@ class PreparedSm90Prefill final : public PreparedMoe {
     g2.input_scale = w4a4 ? weights_.w2_input_scale.as<float>() : nullptr;
     g2.out = ws.expert_out;
     if (choice_.regw)
-      launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g2, tile_m, GemmEpilogue::kScaleFp32, stream);
+      launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g2, tile_m, GemmEpilogue::kScaleFp32, stream, choice_.cluster);
     else
       launch_grouped_gemm_nvfp4w_bf16_sm90a(g2, GemmEpilogue::kScaleFp32, stream);
 

@@ -80,7 +80,11 @@ size_t sm90_regw_smem_bytes();
 void configure_sm90_regw_kernels();
 // Throws Error for a tile_tokens not in kSm90RegwTileTokens and for kSwigluNvfp4 / kPartialFp32
 // (W4A4 GEMM1 stays on the first kernel, whose epilogue quantizes h along the lane quads).
+// cluster: 0 = 2-CTA clusters sharing each token tile (multicast TMA) when the weight units per token
+// tile are even, num_sms >= 2 and the device runs such clusters (queried by configure_sm90_regw_kernels
+// per device), else single CTAs; 1 or 2 forces it (2 with an odd unit count, num_sms < 2 or no resident
+// cluster is an error). Both give the same bits (each item's arithmetic does not depend on the launch).
 void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int tile_tokens, GemmEpilogue epilogue,
-                                                cudaStream_t stream);
+                                                cudaStream_t stream, int cluster = 0);
 
 }  // namespace fp4moe

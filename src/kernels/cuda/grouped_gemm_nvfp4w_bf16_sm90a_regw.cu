@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -102,8 +104,13 @@ struct Params {
   void* out;
 };
 
-template <int T, GemmEpilogue EPI>
+// C = 2: a cluster of two CTAs takes items (tile, unit 2v) and (tile, unit 2v + 1), so both need the same
+// token tile at every K block: each CTA loads half of it with a multicast TMA into both CTAs (the L2 ->
+// SM traffic of token tiles halves), and a stage is refilled only after the consumers of both CTAs
+// released it (each consumer warp arrives on both CTAs' empty barriers).
+template <int T, GemmEpilogue EPI, int C>
 __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_constant__ CUtensorMap tmap_a, Params p) {
+  static_assert(C == 1 || C == 2, "one CTA, or a cluster of two sharing the token tile");
   using L = RegwLayout<T>;
   constexpr int S = L::cfg.stages, F = L::F;
   extern __shared__ uint8_t smem_raw[];
@@ -116,15 +123,26 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       mbar_init(bar_full + 8 * s, 1);  // the producer's expect_tx arrival; the copies complete the bytes
-      mbar_init(bar_empty + 8 * s, 8);  // one arrival per consumer warp
+      mbar_init(bar_empty + 8 * s, 8 * C);  // one arrival per consumer warp of each CTA writing here
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   for (int i = threadIdx.x; i < 256; i += kThreads) lut[i] = scale_lut_entry(i);
-  __syncthreads();
+  if constexpr (C == 2)
+    cluster_sync();  // the peer's barriers are initialized before any multicast or remote arrival
+  else
+    __syncthreads();
 
-  const int total_items = *p.num_tiles * p.n_units;
-  const int my_items = blockIdx.x < total_items ? (total_items - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  // Work: item i = (token tile, unit); C = 2 pairs units 2v, 2v + 1 of a tile across the cluster.
+  const int rank = C == 2 ? static_cast<int>(cluster_ctarank()) : 0;
+  const int group = blockIdx.x / C, groups = gridDim.x / C, units_per_group = p.n_units / C;
+  const int total_items = *p.num_tiles * units_per_group;
+  const int my_items = group < total_items ? (total_items - 1 - group) / groups + 1 : 0;
+  auto item_of = [&](int it, int& tile, int& u) {
+    const int item = group + it * groups;
+    tile = item / units_per_group;
+    u = C * (item - tile * units_per_group) + rank;
+  };
   const int KB = p.k_blocks;
 
   if (threadIdx.x < 128) {
@@ -134,8 +152,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
       int b = 0;
 #pragma unroll 1
       for (int it = 0; it < my_items; ++it) {
-        const int item = blockIdx.x + it * gridDim.x;
-        const int tile = item / p.n_units, u = item - tile * p.n_units;
+        int tile, u;
+        item_of(it, tile, u);
         const int row0 = p.tile_row_begin[tile];
         // N tiles F*u .. F*u + F - 1 (the last may not exist when n_tiles is odd): blocks [nt][kb].
         const int blocks = min(F, p.n_tiles - F * u);
@@ -146,7 +164,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
           mbar_wait(bar_empty + 8 * stage, ((b / S) & 1) ^ 1);
           const uint32_t full = bar_full + 8 * stage;
           mbar_arrive_expect_tx(full, L::kABytes + blocks * kRawBytes);
-          tma_load_2d(base + L::kOffA + stage * L::kABytes, &tmap_a, kb * kBk, row0, full);
+          if constexpr (C == 2)  // rows [T/2 rank, +T/2) of the tile into both CTAs (box of T/2 rows)
+            tma_load_2d_multicast(base + L::kOffA + stage * L::kABytes + rank * (T / 2) * 128, &tmap_a, kb * kBk,
+                                  row0 + rank * (T / 2), full, 0x3);
+          else
+            tma_load_2d(base + L::kOffA + stage * L::kABytes, &tmap_a, kb * kBk, row0, full);
 #pragma unroll
           for (int j = 0; j < F; ++j) {
             if (j >= blocks) break;
@@ -158,6 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
         }
       }
     }
+    if constexpr (C == 2) cluster_sync();  // matches the consumers' final one (see the end)
     return;
   }
 
@@ -210,14 +233,17 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
   };
   auto release = [&](int stage) {
     __syncwarp();
-    if (lane == 0) mbar_arrive(bar_empty + 8 * stage);
+    if (lane == 0) {
+      mbar_arrive(bar_empty + 8 * stage);
+      if constexpr (C == 2) mbar_arrive_cluster(bar_empty + 8 * stage, rank ^ 1);  // the peer multicasts here too
+    }
   };
 
   int b = 0;
 #pragma unroll 1
   for (int it = 0; it < my_items; ++it) {
-    const int item = blockIdx.x + it * gridDim.x;
-    const int tile = item / p.n_units, u = item - tile * p.n_units;
+    int tile, u;
+    item_of(it, tile, u);
     const int expert = p.tile_expert[tile];
     const int row0 = p.tile_row_begin[tile];
     const int rows = min(T, p.expert_offsets[expert + 1] - row0);
@@ -315,19 +341,87 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
       }
     }
   }
+  // C = 2: no CTA may exit while its peer can still multicast into its shared memory or arrive on its
+  // barriers; the producer warpgroup takes part in the same cluster barrier.
+  if constexpr (C == 2) cluster_sync();
 }
 
+// Resident 2-CTA clusters per device, token tile and epilogue. configure_sm90_regw_kernels queries them
+// once per device, so a launch (possibly inside a CUDA-graph capture) only reads the table.
+constexpr int tile_index(int tokens) { return tokens == 64 ? 0 : tokens == 128 ? 1 : 2; }
+constexpr int epilogue_index(GemmEpilogue e) { return e == GemmEpilogue::kSwiglu ? 0 : 1; }
+struct ClusterResidency {
+  int device;
+  int resident[3][2];  // [tile_index][epilogue_index]
+};
+std::mutex g_residency_mutex;
+std::vector<ClusterResidency> g_residency;
+
+int current_device() {
+  int device = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+cudaLaunchConfig_t cluster_launch_config(cudaLaunchAttribute& attribute, size_t smem, cudaStream_t stream) {
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 2, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  config.gridDim = dim3(2);  // the occupancy query's grid: one cluster (it answers for the whole device)
+  return config;
+}
 template <int T, GemmEpilogue EPI>
-void launch_tile(const Sm90GemmArgs& args, const Params& p, int grid, cudaStream_t stream) {
-  const CUtensorMap map = make_bf16_rows_map(args.a, args.rows, args.k, T);
-  sm90_regw_kernel<T, EPI><<<grid, kThreads, RegwLayout<T>::kSmemBytes, stream>>>(map, p);
+int query_resident_clusters() {
+  cudaLaunchAttribute attribute;
+  cudaLaunchConfig_t config = cluster_launch_config(attribute, RegwLayout<T>::kSmemBytes, nullptr);
+  int resident = 0;
+  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&resident, sm90_regw_kernel<T, EPI, 2>, &config));
+  return resident;
+}
+int resident_clusters(int tokens, GemmEpilogue epilogue) {
+  const int device = current_device();
+  std::lock_guard<std::mutex> lock(g_residency_mutex);
+  for (const ClusterResidency& r : g_residency)
+    if (r.device == device) return r.resident[tile_index(tokens)][epilogue_index(epilogue)];
+  fail("sm90 regw GEMM: configure_sm90_regw_kernels() was not called on device ", device);
+}
+
+template <int T, GemmEpilogue EPI, int C>
+void launch_kernel(const Sm90GemmArgs& args, const Params& p, int64_t groups, cudaStream_t stream) {
+  const CUtensorMap map = make_bf16_rows_map(args.a, args.rows, args.k, T / C);  // C = 2: each CTA loads half
+  const auto kernel = sm90_regw_kernel<T, EPI, C>;
+  constexpr size_t kSmem = RegwLayout<T>::kSmemBytes;
+  if constexpr (C == 1) {
+    const int grid = static_cast<int>(std::min<int64_t>(args.num_sms, groups));
+    kernel<<<grid, kThreads, kSmem, stream>>>(map, p);
+  } else {
+    cudaLaunchAttribute attribute;
+    cudaLaunchConfig_t config = cluster_launch_config(attribute, kSmem, stream);
+    // Persistent: one wave of clusters. Clusters live within a GPC, so fewer than num_sms / 2 may fit.
+    const int resident = resident_clusters(T, EPI);
+    const int64_t max_groups = std::min<int64_t>(resident, args.num_sms / C);  // num_sms: the caller's cap
+    FP4MOE_CHECK(max_groups > 0, "sm90 regw GEMM: no cluster of ", C, " CTAs fits (", resident, " resident, num_sms ",
+                 args.num_sms, ")");
+    config.gridDim = dim3(static_cast<unsigned>(C * std::min<int64_t>(max_groups, groups)));
+    FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map, p));
+  }
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
+template <int T, GemmEpilogue EPI>
+void launch_tile(const Sm90GemmArgs& args, const Params& p, int cluster, int64_t groups, cudaStream_t stream) {
+  if (cluster == 2) return launch_kernel<T, EPI, 2>(args, p, groups, stream);
+  launch_kernel<T, EPI, 1>(args, p, groups, stream);
+}
 template <int T>
-void launch_epi(const Sm90GemmArgs& args, const Params& p, int grid, GemmEpilogue epilogue, cudaStream_t stream) {
+void launch_epi(const Sm90GemmArgs& args, const Params& p, int cluster, int64_t groups, GemmEpilogue epilogue,
+                cudaStream_t stream) {
   switch (epilogue) {
-    case GemmEpilogue::kSwiglu: return launch_tile<T, GemmEpilogue::kSwiglu>(args, p, grid, stream);
-    case GemmEpilogue::kScaleFp32: return launch_tile<T, GemmEpilogue::kScaleFp32>(args, p, grid, stream);
+    case GemmEpilogue::kSwiglu: return launch_tile<T, GemmEpilogue::kSwiglu>(args, p, cluster, groups, stream);
+    case GemmEpilogue::kScaleFp32: return launch_tile<T, GemmEpilogue::kScaleFp32>(args, p, cluster, groups, stream);
     case GemmEpilogue::kSwigluNvfp4:
     case GemmEpilogue::kPartialFp32: break;
   }
@@ -335,10 +429,9 @@ void launch_epi(const Sm90GemmArgs& args, const Params& p, int grid, GemmEpilogu
 }
 template <int T>
 void set_smem_attributes() {
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_regw_kernel<T, GemmEpilogue::kSwiglu>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, RegwLayout<T>::kSmemBytes));
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_regw_kernel<T, GemmEpilogue::kScaleFp32>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, RegwLayout<T>::kSmemBytes));
+  for (const auto kernel : {sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 1>, sm90_regw_kernel<T, GemmEpilogue::kScaleFp32, 1>,
+                            sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 2>, sm90_regw_kernel<T, GemmEpilogue::kScaleFp32, 2>})
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, RegwLayout<T>::kSmemBytes));
 }
 
 }  // namespace
@@ -416,10 +509,21 @@ void configure_sm90_regw_kernels() {
   set_smem_attributes<64>();
   set_smem_attributes<128>();
   set_smem_attributes<256>();
+  ClusterResidency r{current_device(), {}};  // after the shared-memory attributes: the query uses them
+  r.resident[0][0] = query_resident_clusters<64, GemmEpilogue::kSwiglu>();
+  r.resident[0][1] = query_resident_clusters<64, GemmEpilogue::kScaleFp32>();
+  r.resident[1][0] = query_resident_clusters<128, GemmEpilogue::kSwiglu>();
+  r.resident[1][1] = query_resident_clusters<128, GemmEpilogue::kScaleFp32>();
+  r.resident[2][0] = query_resident_clusters<256, GemmEpilogue::kSwiglu>();
+  r.resident[2][1] = query_resident_clusters<256, GemmEpilogue::kScaleFp32>();
+  std::lock_guard<std::mutex> lock(g_residency_mutex);
+  for (ClusterResidency& existing : g_residency)
+    if (existing.device == r.device) return void(existing = r);
+  g_residency.push_back(r);
 }
 
 void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int tile_tokens, GemmEpilogue epilogue,
-                                                cudaStream_t stream) {
+                                                cudaStream_t stream, int cluster) {
   FP4MOE_CHECK(regw_config(tile_tokens).tokens != 0, "sm90 regw GEMM: token tile ", tile_tokens, " is not compiled");
   FP4MOE_CHECK(args.n > 0 && args.n % kBn == 0, "sm90 regw GEMM: N (", args.n, ") must be a positive multiple of ", kBn);
   FP4MOE_CHECK(args.k > 0 && args.k % kBk == 0, "sm90 regw GEMM: K (", args.k, ") must be a positive multiple of ", kBk);
@@ -437,11 +541,20 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int ti
                  static_cast<int>(args.n), args.scale_first, args.scale_second, args.input_scale,
                  args.route.tile_expert, args.route.tile_row_begin, args.route.num_tiles, args.route.expert_offsets,
                  args.out};
-  const int grid = static_cast<int>(std::min<int64_t>(args.num_sms, args.max_tiles * n_units));
+  FP4MOE_CHECK(cluster == 0 || cluster == 1 || cluster == 2, "sm90 regw GEMM: cluster size ", cluster, " is not 0 (auto), 1 or 2");
+  FP4MOE_CHECK(cluster != 2 || n_units % 2 == 0, "sm90 regw GEMM: a 2-CTA cluster needs an even number of weight units per token tile (",
+               n_units, ")");
+  FP4MOE_CHECK(cluster != 2 || args.num_sms >= 2, "sm90 regw GEMM: a 2-CTA cluster needs num_sms >= 2 (", args.num_sms,
+               ")");
+  // Pairs of units share a token tile when there are pairs to make (every shape of the presets), the
+  // caller's SM cap leaves room for a cluster and the device runs one (MIG / MPS limits may not).
+  const int c = cluster != 0 ? cluster
+                             : (n_units % 2 == 0 && args.num_sms >= 2 && resident_clusters(tile_tokens, epilogue) > 0 ? 2 : 1);
+  const int64_t groups = args.max_tiles * (n_units / c);  // upper bound on the work items per CTA group
   switch (tile_tokens) {
-    case 64: return launch_epi<64>(args, p, grid, epilogue, stream);
-    case 128: return launch_epi<128>(args, p, grid, epilogue, stream);
-    case 256: return launch_epi<256>(args, p, grid, epilogue, stream);
+    case 64: return launch_epi<64>(args, p, c, groups, epilogue, stream);
+    case 128: return launch_epi<128>(args, p, c, groups, epilogue, stream);
+    case 256: return launch_epi<256>(args, p, c, groups, epilogue, stream);
     default: break;
   }
   fail("sm90 regw GEMM: token tile ", tile_tokens, " has no launch case");

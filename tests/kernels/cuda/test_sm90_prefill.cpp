@@ -17,6 +17,8 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include "backends/registry.h"
 #include "common/rng.h"
@@ -343,6 +345,58 @@ TEST(CudaSm90PrefillGemm, RegwRejectsUnknownTileAndW4A4Epilogue) {
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 96, GemmEpilogue::kScaleFp32, nullptr), Error);
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kSwigluNvfp4, nullptr), Error);
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kPartialFp32, nullptr), Error);
+  // One 128-row N tile = one unit per token tile: no pair of units to share it in a 2-CTA cluster.
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kScaleFp32, nullptr, 2), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kScaleFp32, nullptr, 3), Error);
+}
+
+// 2-CTA clusters (a multicast token tile, each stage released by both CTAs' consumers) compute every
+// item exactly as single CTAs do: same bits at every token tile, on the full grid and on 4 SMs (two
+// clusters, many items each: barrier phases across items and the remote arrivals of every stage).
+// The last expert's 20 rows end the tensor in a tile of <= T/2 rows at every tile, so rank 1's half
+// box lies wholly past the rows (TMA zero fill, its bytes still complete on both CTAs' barriers).
+// N = 384 at tiles 64 and 128 (256 weight rows per unit): the second unit holds one N tile, so rank
+// 1's second consumer warpgroup only paces the barriers, its remote arrivals included. num_sms = 1:
+// auto falls back to single CTAs, a forced cluster is an error.
+TEST(CudaSm90PrefillGemm, RegwClustersGiveTheSameBitsAsSingleCtas) {
+  REQUIRE_SM90(device);
+  configure_sm90_regw_kernels();
+  const int64_t K = 320;
+  std::vector<int> counts = kUnevenCounts;
+  counts.push_back(20);
+  Rng rng(41);
+  const std::vector<float> scale(counts.size(), 0.5f);
+  DeviceBuffer scale_dev = DeviceBuffer::from_host(scale);
+  for (const int tile : kSm90RegwTileTokens) {
+    GemmFixture fx(counts, K, 42, tile);
+    const int64_t unit_rows = tile == 256 ? 128 : 256;  // weight rows per item (RegwConfig::frags x 128)
+    for (const int64_t N : {int64_t{384}, int64_t{512}}) {
+      if ((N + unit_rows - 1) / unit_rows % 2 != 0) continue;  // odd unit count: no pairs (checked above)
+      std::vector<Nvfp4Matrix> w;
+      for (size_t e = 0; e < counts.size(); ++e) w.push_back(random_nvfp4(N, K, rng));
+      auto [packed, scales] = upload_repacked(GemmVariant{"regw", tile, true}, w, {});
+      std::vector<std::vector<float>> outs;
+      for (const auto& [sms, cluster] : std::vector<std::pair<int, int>>{
+               {device->multiprocessors, 1}, {device->multiprocessors, 2}, {4, 1}, {4, 2}, {1, 0}}) {
+        DeviceBuffer out(static_cast<size_t>(fx.T * N * 4));
+        FP4MOE_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));  // NaN poison
+        Sm90GemmArgs g = fx.args(packed, scales, N, sms);
+        g.scale_first = scale_dev.as<float>();
+        g.out = out.get();
+        launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, tile, GemmEpilogue::kScaleFp32, nullptr, cluster);
+        FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+        outs.push_back(out.to_host<float>());
+        if (sms == 1) {
+          EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, tile, GemmEpilogue::kScaleFp32, nullptr, 2), Error);
+        }
+      }
+      for (const float v : outs[0])
+        ASSERT_TRUE(std::isfinite(v)) << "tile " << tile << " N " << N << ": an output was not written";
+      for (size_t i = 1; i < outs.size(); ++i)
+        EXPECT_TRUE(std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * 4) == 0)
+            << "tile " << tile << " N " << N << ": run " << i << " (grid, cluster) differs from single CTAs on the full grid";
+    }
+  }
 }
 
 // ---------------------------------------------------------------- backend level
