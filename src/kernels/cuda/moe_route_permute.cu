@@ -182,18 +182,28 @@ __global__ void gather_kernel(const __nv_bfloat16* hidden, MoeRouteBuffers b, in
   }
 }
 
+// Four consecutive expert-output values as floats (i % 4 == 0; the launchers check the alignment).
 template <typename In>
-__device__ __forceinline__ float load_as_float(const In* p, int64_t i);
+__device__ __forceinline__ float4 load4_as_float(const In* p, int64_t i);
 template <>
-__device__ __forceinline__ float load_as_float<float>(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float4 load4_as_float<float>(const float* p, int64_t i) {
+  return *reinterpret_cast<const float4*>(p + i);
+}
 template <>
-__device__ __forceinline__ float load_as_float<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
+__device__ __forceinline__ float4 load4_as_float<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p + i);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 
+// Expert rows a combine thread loads before its first add: a thread's loads must be in flight together
+// (one memory latency per batch, not per slot) for the combine to stream at the copy bandwidth.
+constexpr int kCombineBatch = 8;
+
 // One CTA per (token, 1024 columns); each thread owns 4 columns. The token's K rows and weights are
-// read once into shared memory, so the K expert-output loads of a thread are independent (in flight
-// together) instead of a chain of dependent index-then-value loads.
+// read once into shared memory; each thread then issues the vector loads of up to kCombineBatch slots
+// before adding them, in slot order (the same __fmul_rn / __fadd_rn sequence as the CPU reference).
 template <typename In>
 __global__ void combine_kernel(const In* expert_out, MoeRouteBuffers b, int top_k, int64_t hidden_size,
                                __nv_bfloat16* out) {
@@ -207,16 +217,26 @@ __global__ void combine_kernel(const In* expert_out, MoeRouteBuffers b, int top_
   __syncthreads();
   const int64_t c = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 4;
   if (c >= hidden_size) return;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int k = 0; k < top_k; ++k) {
-    if (rows[k] < 0) continue;
-    const int64_t base = static_cast<int64_t>(rows[k]) * hidden_size + c;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int k0 = 0; k0 < top_k; k0 += kCombineBatch) {
+    float4 v[kCombineBatch];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(weights[k], load_as_float(expert_out, base + i)));
+    for (int j = 0; j < kCombineBatch; ++j) {
+      const int k = k0 + j;
+      if (k < top_k && rows[k] >= 0) v[j] = load4_as_float(expert_out, static_cast<int64_t>(rows[k]) * hidden_size + c);
+    }
+#pragma unroll
+    for (int j = 0; j < kCombineBatch; ++j) {
+      const int k = k0 + j;
+      if (k >= top_k || rows[k] < 0) continue;  // unrouted slot: no contribution (as the reference)
+      const float w = weights[k];
+      acc = make_float4(__fadd_rn(acc.x, __fmul_rn(w, v[j].x)), __fadd_rn(acc.y, __fmul_rn(w, v[j].y)),
+                        __fadd_rn(acc.z, __fmul_rn(w, v[j].z)), __fadd_rn(acc.w, __fmul_rn(w, v[j].w)));
+    }
   }
   __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out + token * hidden_size + c);
-  dst[0] = __floats2bfloat162_rn(acc[0], acc[1]);
-  dst[1] = __floats2bfloat162_rn(acc[2], acc[3]);
+  dst[0] = __floats2bfloat162_rn(acc.x, acc.y);
+  dst[1] = __floats2bfloat162_rn(acc.z, acc.w);
 }
 
 __global__ void swiglu_kernel(const float* gate_up, int64_t rows, int64_t inter, __nv_bfloat16* h) {
@@ -330,6 +350,7 @@ void launch_moe_combine(const float* expert_out, const MoeRouteBuffers& buffers,
                         int64_t hidden_size, void* out_bf16, cudaStream_t stream) {
   FP4MOE_CHECK(hidden_size > 0 && hidden_size % 4 == 0, "launch_moe_combine: hidden size must be a multiple of 4, got ", hidden_size);
   FP4MOE_CHECK(top_k >= 1 && top_k <= kMaxTopK, "launch_moe_combine: top_k must be in [1, 32], got ", top_k);
+  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(expert_out) % 16 == 0, "launch_moe_combine: expert outputs must be 16-byte aligned");
   if (tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden_size / 4 + 255) / 256));
   combine_kernel<float><<<grid, 256, 0, stream>>>(
@@ -341,6 +362,7 @@ void launch_moe_combine_bf16(const void* expert_out_bf16, const MoeRouteBuffers&
                              int top_k, int64_t hidden_size, void* out_bf16, cudaStream_t stream) {
   FP4MOE_CHECK(hidden_size > 0 && hidden_size % 4 == 0, "launch_moe_combine_bf16: hidden size must be a multiple of 4, got ", hidden_size);
   FP4MOE_CHECK(top_k >= 1 && top_k <= kMaxTopK, "launch_moe_combine_bf16: top_k must be in [1, 32], got ", top_k);
+  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(expert_out_bf16) % 8 == 0, "launch_moe_combine_bf16: expert outputs must be 8-byte aligned");
   if (tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden_size / 4 + 255) / 256));
   combine_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(
