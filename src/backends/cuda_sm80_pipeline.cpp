@@ -65,11 +65,15 @@ class PreparedSm80Pipeline final : public PreparedMoe {
     launch_moe_route(problem_.routing, args.router_logits, args.correction_bias, T, route.topk_ids,
                      route.topk_weights, stream);
     launch_moe_align(route, T, K, E, tile_m, stream);
-    launch_moe_gather(args.hidden, route, T, K, E, H, w4a4 ? weights_.w13_input_scale.as<float>() : nullptr, ws.rows,
-                      stream);
-
     GroupedGemmArgs g1;
-    g1.a = ws.rows;
+    if (w4a4) {  // the rows are quantized to NVFP4 with their expert's input scale on the way
+      launch_moe_gather(args.hidden, route, T, K, E, H, weights_.w13_input_scale.as<float>(), ws.rows, stream);
+      g1.a = ws.rows;
+    } else {  // GEMM1 reads the hidden rows in place through the sorted slots (no gathered copy)
+      g1.a = args.hidden;
+      g1.a_slots = route.sorted_slots;
+      g1.top_k = K;
+    }
     g1.w_packed = weights_.w13.as<uint8_t>();
     g1.w_scales = weights_.w13_scales.as<uint8_t>();
     g1.n = 2 * I;
@@ -88,6 +92,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
 
     GroupedGemmArgs g2 = g1;
     g2.a = ws.h;
+    g2.a_slots = nullptr;  // h is in sorted order
     g2.w_packed = weights_.w2.as<uint8_t>();
     g2.w_scales = weights_.w2_scales.as<uint8_t>();
     g2.n = H;

@@ -1,6 +1,7 @@
 // Grouped NVFP4-weight x BF16-activation GEMM for MoE experts, SM80+ (mma.sync m16n8k16 bf16, fp32 acc).
 //
-// Inputs: sorted activation rows A [T*K, K] BF16 (launch_moe_gather), expert weights in the
+// Inputs: sorted activation rows A [T*K, K] BF16 (launch_moe_gather), or the [T, K] rows they come
+// from, read through the sorted slots (GEMM1 of W4A16: the gather folded into the A copies), expert weights in the
 // nvfp4_mma_layout.h layout, the M-tile list of launch_moe_align (tile = expert + first row; rows of
 // the expert past the tile end are masked, so padding costs no memory). Grid: x = N / BN column
 // tiles, y = moe_max_tiles (CTAs past the device-side tile count exit at once): no host sync.
@@ -91,6 +92,8 @@ __host__ __device__ constexpr size_t smem_bytes(TileConfig c) { return kLutBytes
 
 struct Params {
   const __nv_bfloat16* a;
+  const int32_t* a_slots;  // null: A holds the sorted rows; else A is [T, K] and row r reads token a_slots[r] / top_k
+  int top_k;
   const uint8_t* w;
   const uint8_t* ws;
   int n, k;
@@ -145,7 +148,10 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
   const size_t expert_blocks = size_t(p.n / 8) * chunks;
   const uint8_t* wbase = p.w + (size_t(expert) * expert_blocks + size_t(nb0) * chunks) * 512;
   const uint8_t* sbase = p.ws + (size_t(expert) * expert_blocks + size_t(nb0) * chunks) * 64;
-  const __nv_bfloat16* abase = p.a + size_t(row0) * p.k;
+  // Source of the tile's row r (< rows): the sorted row itself, or the token it was routed from (the
+  // gather folded into the A copies: hidden states are read in place, L2-resident, and the [T*K, K]
+  // copy is neither written nor read).
+  auto a_source_row = [&](int r) { return p.a_slots ? p.a_slots[row0 + r] / p.top_k : row0 + r; };
 
   for (int i = threadIdx.x; i < 256; i += THREADS) lut[i] = scale_lut_entry(i);
   const int live_frags = (rows + 15) / 16;  // m16 fragments holding rows of this tile
@@ -158,7 +164,13 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
   constexpr int A_ITERS = A_CHUNKS / THREADS, B_ITERS = B_CHUNKS / THREADS;
   constexpr int A_ROWS_PER_ITER = THREADS / 16, B_BLOCKS_PER_ITER = THREADS / 32;
   const int a_r = threadIdx.x / 16, a_ch = threadIdx.x % 16;  // A: row a_r + it * A_ROWS_PER_ITER, chunk a_ch
-  const __nv_bfloat16* a_src = abase + size_t(a_r) * p.k + a_ch * 8;
+  int a_src_row[A_ITERS > 0 ? A_ITERS : 1];  // A's row behind each copied tile row (32 bits: registers)
+#pragma unroll
+  for (int it = 0; it < A_ITERS; ++it) {
+    const int r = a_r + it * A_ROWS_PER_ITER;
+    a_src_row[it] = r < rows ? a_source_row(r) : 0;
+  }
+  const __nv_bfloat16* a_chunk = p.a + a_ch * 8;
   const int b_nb = threadIdx.x / 32, b_l = threadIdx.x % 32;  // W: block b_nb + it * B_BLOCKS_PER_ITER, lane b_l
   const uint8_t* b_src = wbase + size_t(b_nb) * chunks * 512 + b_l * 16;
   const bool s_active = threadIdx.x < S_CHUNKS;  // scales: S_CHUNKS <= THREADS
@@ -173,8 +185,8 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
       const int r = a_r + it * A_ROWS_PER_ITER;
       const bool valid = r < rows;
       if (r >= read_rows) continue;  // no fragment reads these rows (zero-filled only inside live fragments)
-      cp_async16(sa + r * 256 + ((a_ch ^ (r & 7)) * 16),
-                 valid ? a_src + size_t(it * A_ROWS_PER_ITER) * p.k + kc * kChunkK : abase, valid ? 16 : 0);
+      cp_async16(sa + r * 256 + ((a_ch ^ (r & 7)) * 16), valid ? a_chunk + size_t(a_src_row[it]) * p.k + kc * kChunkK : p.a,
+                 valid ? 16 : 0);
     }
 #pragma unroll
     for (int it = 0; it < B_ITERS; ++it) {
@@ -207,8 +219,8 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
   }
   // A in registers: this lane's rows g and g + 8 of the tile (masked past the expert's rows).
   const bool a_row0_ok = g < rows, a_row1_ok = g + 8 < rows;
-  const __nv_bfloat16* a_row0 = abase + size_t(a_row0_ok ? g : 0) * p.k + 2 * t;
-  const __nv_bfloat16* a_row1 = abase + size_t(a_row1_ok ? g + 8 : 0) * p.k + 2 * t;
+  const __nv_bfloat16* a_row0 = p.a + size_t(a_source_row(a_row0_ok ? g : 0)) * p.k + 2 * t;
+  const __nv_bfloat16* a_row1 = p.a + size_t(a_source_row(a_row1_ok ? g + 8 : 0)) * p.k + 2 * t;
   // The K loop for AM live fragments (a compile-time count, so the skipped fragments cost nothing
   // inside the loop; one branch per CTA picks the instance).
   auto mainloop = [&](auto am_tag) {
@@ -508,7 +520,8 @@ void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue e
                "grouped GEMM: the NVFP4 SwiGLU epilogue needs out_scale (w2_input_scale)");
   if (args.max_tiles <= 0) return;
   FP4MOE_CHECK(args.max_tiles < 65536, "grouped GEMM: ", args.max_tiles, " M tiles exceed the grid limit");
-  Params p{static_cast<const __nv_bfloat16*>(args.a), args.w_packed, args.w_scales, static_cast<int>(args.n),
+  FP4MOE_CHECK(!args.a_slots || args.top_k >= 1, "grouped GEMM: reading A through a_slots needs top_k >= 1");
+  Params p{static_cast<const __nv_bfloat16*>(args.a), args.a_slots, args.top_k, args.w_packed, args.w_scales, static_cast<int>(args.n),
            static_cast<int>(args.k), args.scale_first, args.scale_second, args.input_scale, args.out_scale,
            args.route.tile_expert, args.route.tile_row_begin, args.route.num_tiles, args.route.expert_offsets,
            args.out, args.split_workspace, args.rows};

@@ -20,7 +20,9 @@ enum class GemmEpilogue {
 };
 
 struct GroupedGemmArgs {
-  const void* a = nullptr;              // [T*K, K] BF16, sorted rows
+  const void* a = nullptr;              // [T*K, K] BF16, sorted rows; or [T, K] with a_slots
+  const int32_t* a_slots = nullptr;     // non-null: sorted row r is A's row a_slots[r] / top_k (no gather)
+  int top_k = 0;                        // with a_slots
   const uint8_t* w_packed = nullptr;    // [E][N/8][K/128][512]
   const uint8_t* w_scales = nullptr;    // [E][N/8][K/128][64]
   int64_t n = 0;                        // N (multiple of 128)

@@ -5,16 +5,19 @@
 //         (ties -> lower expert index). Softmax methods select on the raw logits; weights use precise
 //         weights in double rounded once to fp32, and sigmoid_grouped_topk's s = fp32(1/(1+exp(-l))) in
 //         double, exactly the steps of routing_reference.cpp, so selection matches it bit for bit.
-// align   one CTA of 16 warps, no global atomics: the T*K slots are split into 16 contiguous chunks;
-//         each warp counts its chunk per expert (warp match + popc, a private histogram row), a scan
-//         over (expert, warp) gives every warp its start in every expert, and a second pass writes
-//         each slot's rank. The order is therefore stable by slot, identical on every run.
+// align   a stable counting sort without order-dependent atomics. Few slots: one CTA of 16 warps;
+//         each warp counts a contiguous range per expert (warp match + popc, a private histogram row),
+//         a scan over (expert, warp) gives every warp its start in every expert, and a second pass
+//         writes each slot's rank. Many slots: the same per 512-slot chunk over three launches (count
+//         per chunk, one CTA scanning over (expert, chunk), scatter per chunk). Either way the order
+//         is stable by slot and identical on every run.
 // gather  one CTA per sorted row; one thread per 16-value block (the NVFP4 block for W4A4).
 // combine one CTA per token; fixed slot order, products and sums rounded separately (__fmul_rn,
 //         __fadd_rn) exactly as the CPU reference's `acc += w * o` in fp32.
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "common/error.h"
 #include "kernels/cuda/common/block_scan.cuh"
@@ -30,6 +33,11 @@ constexpr int kRouteWarpsPerBlock = 4;
 constexpr int kMaxExperts = route_device::kMaxExperts;
 constexpr int kMaxTopK = route_device::kMaxTopK;
 constexpr int kAlignWarps = 16;
+constexpr int kAlignChunk = kAlignWarps * 32;  // slots per CTA of the multi-CTA align: one per thread
+// Up to this many slots one CTA aligns everything (one launch; a few warp steps of latency); more
+// slots take three launches (count per chunk, scan, scatter per chunk), whose time does not grow
+// with the slots as the one CTA's does (100 us for 40960 slots on the H200).
+constexpr int64_t kAlignSingleCtaSlots = 2048;
 
 using route_device::RouteParams;
 using route_device::route_token_warp;
@@ -48,43 +56,28 @@ struct AlignParams {
   int64_t slots;
   int num_experts;
   int tile_m;
+  int chunks;  // kAlignChunk-slot chunks (multi-CTA path; 1 on the single-CTA path)
 };
 
-__global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) {
-  extern __shared__ int align_smem[];  // hist [kAlignWarps][E], scan scratch [kAlignWarps], row and tile bases
+// Expert of slot i, or -1 past `end` and for ids outside [0, E) (routed nowhere).
+__device__ __forceinline__ int align_expert(const AlignParams& p, int64_t i, int64_t end) {
+  const int e = i < end ? p.b.topk_ids[i] : -1;
+  return e >= 0 && e < p.num_experts ? e : -1;
+}
+
+// Block-wide: every expert's count (count_of(e)) -> expert_counts, expert_offsets, the M-tile list and
+// num_tiles, in expert order; then first_row_of(e, first) hands each expert its first sorted row (the
+// callers turn their per-warp or per-chunk counts into starts there). scratch: kAlignWarps + 2 ints.
+template <typename CountOf, typename FirstRowOf>
+__device__ void assign_rows_and_tiles(const AlignParams& p, CountOf count_of, FirstRowOf first_row_of, int* scratch) {
   const int E = p.num_experts;
-  int* hist = align_smem;
-  int* scratch = hist + kAlignWarps * E;
   int* bases = scratch + kAlignWarps;  // [0] rows, [1] tiles before the current batch of experts
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int i = threadIdx.x; i < kAlignWarps * E; i += blockDim.x) hist[i] = 0;
   if (threadIdx.x == 0) bases[0] = bases[1] = 0;
   __syncthreads();
-
-  const int64_t chunk = (p.slots + kAlignWarps - 1) / kAlignWarps;
-  const int64_t begin = min(p.slots, warp * chunk);
-  const int64_t end = min(p.slots, begin + chunk);
-  int* my_hist = hist + warp * E;
-  const uint32_t lower_lanes = (1u << lane) - 1u;
-  // Pass 1: per-warp counts.
-  for (int64_t base = begin; base < end; base += 32) {
-    const int64_t i = base + lane;
-    int e = i < end ? p.b.topk_ids[i] : -1;
-    if (e < 0 || e >= E) e = -1;
-    const uint32_t peers = __match_any_sync(0xFFFFFFFFu, e);
-    if (e >= 0 && (peers & lower_lanes) == 0) my_hist[e] += __popc(peers);
-    __syncwarp();
-  }
-  __syncthreads();
-
-  // Per-expert totals, offsets and tile counts; hist[w][e] becomes warp w's first row in expert e.
   int expert_total_tiles = 0;
   for (int e0 = 0; e0 < E; e0 += blockDim.x) {
     const int e = e0 + threadIdx.x;
-    int count = 0;
-    if (e < E) {
-      for (int w = 0; w < kAlignWarps; ++w) count += hist[w * E + e];
-    }
+    const int count = e < E ? count_of(e) : 0;
     int total = 0;
     const int offset = block_exclusive_scan<kAlignWarps>(count, scratch, total);
     const int tiles = (count + p.tile_m - 1) / p.tile_m;
@@ -95,12 +88,7 @@ __global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) 
       const int first = row_base + offset;
       p.b.expert_counts[e] = count;
       p.b.expert_offsets[e] = first;
-      int running = first;
-      for (int w = 0; w < kAlignWarps; ++w) {
-        const int c = hist[w * E + e];
-        hist[w * E + e] = running;
-        running += c;
-      }
+      first_row_of(e, first);
       for (int t = 0; t < tiles; ++t) {
         p.b.tile_expert[tile_base + tile_offset + t] = e;
         p.b.tile_row_begin[tile_base + tile_offset + t] = first + t * p.tile_m;
@@ -118,25 +106,130 @@ __global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) 
     p.b.expert_offsets[E] = bases[0];
     *p.b.num_tiles = expert_total_tiles;
   }
-  __syncthreads();
+}
 
-  // Pass 2: ranks, in slot order within each warp's chunk.
+// Writes the sorted row of every slot in [begin, end) (one warp, slot order): row = start[e] + the
+// slot's rank among the earlier slots of e in the range; start[e] advances past the range's slots.
+__device__ __forceinline__ void scatter_slots_warp(const AlignParams& p, int64_t begin, int64_t end, int* start) {
+  const uint32_t lower_lanes = (1u << (threadIdx.x % 32)) - 1u;
   for (int64_t base = begin; base < end; base += 32) {
-    const int64_t i = base + lane;
-    int e = i < end ? p.b.topk_ids[i] : -1;
-    if (e < 0 || e >= E) e = -1;
+    const int64_t i = base + threadIdx.x % 32;
+    const int e = align_expert(p, i, end);
     const uint32_t peers = __match_any_sync(0xFFFFFFFFu, e);
     if (e >= 0) {
-      const int row = my_hist[e] + __popc(peers & lower_lanes);
+      const int row = start[e] + __popc(peers & lower_lanes);
       p.b.sorted_slots[row] = static_cast<int32_t>(i);
       p.b.slot_rows[i] = row;
     } else if (i < end) {
       p.b.slot_rows[i] = -1;
     }
     __syncwarp();
+    if (e >= 0 && (peers & lower_lanes) == 0) start[e] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+// Single-CTA path (few slots): per-warp counts of contiguous slot ranges, the expert assignment, then
+// each warp scatters its range from its start in every expert.
+__global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) {
+  extern __shared__ int align_smem[];  // hist [kAlignWarps][E], scratch [kAlignWarps + 2]
+  const int E = p.num_experts;
+  int* hist = align_smem;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int i = threadIdx.x; i < kAlignWarps * E; i += blockDim.x) hist[i] = 0;
+  __syncthreads();
+
+  const int64_t chunk = (p.slots + kAlignWarps - 1) / kAlignWarps;
+  const int64_t begin = min(p.slots, warp * chunk);
+  const int64_t end = min(p.slots, begin + chunk);
+  int* my_hist = hist + warp * E;
+  const uint32_t lower_lanes = (1u << lane) - 1u;
+  for (int64_t base = begin; base < end; base += 32) {
+    const int e = align_expert(p, base + lane, end);
+    const uint32_t peers = __match_any_sync(0xFFFFFFFFu, e);
     if (e >= 0 && (peers & lower_lanes) == 0) my_hist[e] += __popc(peers);
     __syncwarp();
   }
+  __syncthreads();
+  assign_rows_and_tiles(
+      p, [&](int e) {
+        int count = 0;
+        for (int w = 0; w < kAlignWarps; ++w) count += hist[w * E + e];
+        return count;
+      },
+      [&](int e, int first) {  // hist[w][e] becomes warp w's first row in expert e
+        for (int w = 0; w < kAlignWarps; ++w) {
+          const int c = hist[w * E + e];
+          hist[w * E + e] = first;
+          first += c;
+        }
+      },
+      hist + kAlignWarps * E);
+  __syncthreads();
+  scatter_slots_warp(p, begin, end, my_hist);
+}
+
+// Multi-CTA path, launch 1 of 3: CTA c counts chunk c's slots per expert into chunk_rows[c][E].
+__global__ void __launch_bounds__(kAlignWarps * 32) align_count_kernel(AlignParams p) {
+  extern __shared__ int align_smem[];  // counts [E]
+  const int E = p.num_experts;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) align_smem[e] = 0;
+  __syncthreads();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kAlignChunk + threadIdx.x;  // one slot per thread
+  const int e = align_expert(p, i, p.slots);
+  const uint32_t peers = __match_any_sync(0xFFFFFFFFu, e);
+  if (e >= 0 && (peers & ((1u << (threadIdx.x % 32)) - 1u)) == 0) atomicAdd(&align_smem[e], __popc(peers));
+  __syncthreads();  // integer adds: the counts do not depend on their order
+  for (int x = threadIdx.x; x < E; x += blockDim.x) p.b.chunk_rows[static_cast<int64_t>(blockIdx.x) * E + x] = align_smem[x];
+}
+
+// Multi-CTA path, launch 2 of 3 (one CTA): expert totals over the chunks, the expert assignment, and
+// chunk_rows[c][e] becomes chunk c's first row in expert e.
+__global__ void __launch_bounds__(kAlignWarps * 32) align_scan_kernel(AlignParams p) {
+  __shared__ int scratch[kAlignWarps + 2];
+  const int E = p.num_experts, C = p.chunks;
+  int32_t* rows = p.b.chunk_rows;
+  assign_rows_and_tiles(
+      p, [&](int e) {
+        int count = 0;
+#pragma unroll 8
+        for (int c = 0; c < C; ++c) count += rows[static_cast<int64_t>(c) * E + e];
+        return count;
+      },
+      [&](int e, int first) {
+        for (int c = 0; c < C; ++c) {
+          const int n = rows[static_cast<int64_t>(c) * E + e];
+          rows[static_cast<int64_t>(c) * E + e] = first;
+          first += n;
+        }
+      },
+      scratch);
+}
+
+// Multi-CTA path, launch 3 of 3: CTA c scatters chunk c; warp w starts, in expert e, at the chunk's
+// start plus the counts of the chunk's warps before w.
+__global__ void __launch_bounds__(kAlignWarps * 32) align_scatter_kernel(AlignParams p) {
+  extern __shared__ int align_smem[];  // hist [kAlignWarps][E]
+  const int E = p.num_experts, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int* hist = align_smem;
+  for (int x = threadIdx.x; x < kAlignWarps * E; x += blockDim.x) hist[x] = 0;
+  __syncthreads();
+  const int64_t begin = min(p.slots, static_cast<int64_t>(blockIdx.x) * kAlignChunk + warp * 32);
+  const int64_t end = min(p.slots, begin + 32);
+  const int e = align_expert(p, begin + lane, end);
+  const uint32_t peers = __match_any_sync(0xFFFFFFFFu, e);
+  const bool leader = e >= 0 && (peers & ((1u << lane) - 1u)) == 0;  // one lane per expert of the warp
+  if (leader) hist[warp * E + e] = __popc(peers);
+  __syncthreads();
+  int start = 0;
+  if (leader) {
+    start = p.b.chunk_rows[static_cast<int64_t>(blockIdx.x) * E + e];
+    for (int w = 0; w < warp; ++w) start += hist[w * E + e];
+  }
+  __syncthreads();  // every warp has read the counts before they become starts
+  if (leader) hist[warp * E + e] = start;
+  __syncwarp();     // the scatter reads only this warp's row
+  scatter_slots_warp(p, begin, end, hist + warp * E);
 }
 
 __global__ void gather_kernel(const __nv_bfloat16* hidden, MoeRouteBuffers b, int top_k, int64_t hidden_size,
@@ -250,6 +343,11 @@ __global__ void swiglu_kernel(const float* gate_up, int64_t rows, int64_t inter,
 
 size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// Chunks of the multi-CTA align for `slots` (0 when one CTA aligns them: no chunk buffer needed).
+size_t align_chunks(size_t slots) {
+  return slots <= static_cast<size_t>(kAlignSingleCtaSlots) ? 0 : (slots + kAlignChunk - 1) / kAlignChunk;
+}
+
 }  // namespace
 
 int64_t moe_max_tiles(int64_t tokens, int top_k, int num_experts, int tile_m) {
@@ -261,7 +359,7 @@ size_t moe_route_workspace_bytes(int64_t max_tokens, int top_k, int num_experts,
   const size_t slots = static_cast<size_t>(max_tokens * top_k);
   const size_t tiles = static_cast<size_t>(std::max<int64_t>(1, moe_max_tiles(max_tokens, top_k, num_experts, tile_m)));
   return 4 * align_up(slots * 4) + align_up(num_experts * 4) + align_up((num_experts + 1) * 4) +
-         2 * align_up(tiles * 4) + align_up(4);
+         2 * align_up(tiles * 4) + align_up(4) + align_up(align_chunks(slots) * num_experts * 4);
 }
 
 MoeRouteBuffers carve_moe_route_workspace(void* workspace, int64_t max_tokens, int top_k, int num_experts,
@@ -284,6 +382,7 @@ MoeRouteBuffers carve_moe_route_workspace(void* workspace, int64_t max_tokens, i
   b.tile_expert = reinterpret_cast<int32_t*>(take(tiles * 4));
   b.tile_row_begin = reinterpret_cast<int32_t*>(take(tiles * 4));
   b.num_tiles = reinterpret_cast<int32_t*>(take(4));
+  b.chunk_rows = reinterpret_cast<int32_t*>(take(align_chunks(slots) * num_experts * 4));
   return b;
 }
 
@@ -320,15 +419,32 @@ void launch_moe_align(const MoeRouteBuffers& buffers, int64_t tokens, int top_k,
   FP4MOE_CHECK(num_experts >= 1 && num_experts <= kMaxExperts, "launch_moe_align: bad num_experts ", num_experts);
   FP4MOE_CHECK(tile_m >= 1, "launch_moe_align: tile_m must be >= 1, got ", tile_m);
   FP4MOE_CHECK(tokens >= 0 && tokens * top_k < (int64_t{1} << 30), "launch_moe_align: bad token count ", tokens);
-  AlignParams p{buffers, tokens * top_k, num_experts, tile_m};
-  const size_t smem = (static_cast<size_t>(kAlignWarps) * num_experts + kAlignWarps + 2) * sizeof(int);
-  static bool configured = false;  // the attribute is per function; 66 KB at E = 1024
-  if (!configured) {
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(align_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>((kAlignWarps * kMaxExperts + kAlignWarps + 2) * sizeof(int))));
-    configured = true;
+  const int64_t slots = tokens * top_k;
+  const int chunks = static_cast<int>((slots + kAlignChunk - 1) / kAlignChunk);
+  AlignParams p{buffers, slots, num_experts, tile_m, chunks};
+  // The kernels with [kAlignWarps][E] shared histograms need more than 48 KB at E = 1024; the
+  // attribute is per function and device.
+  static std::atomic<uint64_t> configured_devices{0};
+  int device = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || !(configured_devices.load() & bit)) {
+    const int max_smem = static_cast<int>((kAlignWarps * kMaxExperts + kAlignWarps + 2) * sizeof(int));
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(align_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(align_scatter_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    configured_devices.fetch_or(bit);
   }
-  align_kernel<<<1, kAlignWarps * 32, smem, stream>>>(p);
+  const size_t hist_bytes = static_cast<size_t>(kAlignWarps) * num_experts * sizeof(int);
+  if (slots <= kAlignSingleCtaSlots) {
+    align_kernel<<<1, kAlignWarps * 32, hist_bytes + (kAlignWarps + 2) * sizeof(int), stream>>>(p);
+    FP4MOE_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  align_count_kernel<<<chunks, kAlignWarps * 32, num_experts * sizeof(int), stream>>>(p);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+  align_scan_kernel<<<1, kAlignWarps * 32, 0, stream>>>(p);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+  align_scatter_kernel<<<chunks, kAlignWarps * 32, hist_bytes, stream>>>(p);
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 

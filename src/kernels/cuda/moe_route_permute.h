@@ -36,6 +36,7 @@ struct MoeRouteBuffers {
   int32_t* tile_expert = nullptr;     // [max_tiles] expert of each M tile
   int32_t* tile_row_begin = nullptr;  // [max_tiles] first sorted row of each M tile
   int32_t* num_tiles = nullptr;       // [1] number of valid M tiles
+  int32_t* chunk_rows = nullptr;      // [chunks, E] align scratch above 2048 slots (512-slot chunks)
 };
 
 // Upper bound on the number of M tiles for any routing: ceil(T*K / tile_m) + min(E, T*K).

@@ -3,7 +3,8 @@
 // interleaving or skipping of fragments past an expert's rows. The backend suite checks the tiles the
 // backend picks on this GPU against the CPU reference; this test extends that to every configuration
 // (the 64-row tile serves SM 8.6/8.9 parts, 128 is kept for tuning). Uneven experts (8..~100 rows)
-// leave partial fragments and fully idle warp rows in every tile. Outputs are poisoned first.
+// leave partial fragments and fully idle warp rows in every tile. Outputs are poisoned first. GEMM1
+// reading the hidden rows through the sorted slots gives the bits of GEMM1 on the gathered rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -59,6 +60,16 @@ TEST(CudaGroupedGemmTiles, EveryTileConfigurationGivesTheSameBits) {
       std::vector<float> ov(T * K * H);
       FP4MOE_CUDA_CHECK(cudaMemcpy(hv.data(), h.get(), hv.size() * 2, cudaMemcpyDeviceToHost));
       FP4MOE_CUDA_CHECK(cudaMemcpy(ov.data(), o.get(), ov.size() * 4, cudaMemcpyDeviceToHost));
+      // W4A16 GEMM1 reading the hidden rows in place through the sorted slots (no gather): same bits.
+      GroupedGemmArgs a1_in_place = a1;
+      a1_in_place.a = hidden.get();
+      a1_in_place.a_slots = b.sorted_slots;
+      a1_in_place.top_k = static_cast<int>(K);
+      FP4MOE_CUDA_CHECK(cudaMemset(h.get(), 0xFF, T * K * I * 2));
+      launch_grouped_gemm_nvfp4w_bf16(a1_in_place, GemmEpilogue::kSwiglu, tile_m, nullptr);
+      std::vector<uint16_t> h_in_place(T * K * I);
+      FP4MOE_CUDA_CHECK(cudaMemcpy(h_in_place.data(), h.get(), h_in_place.size() * 2, cudaMemcpyDeviceToHost));
+      EXPECT_TRUE(h_in_place == hv) << "h " << label << ": reading A through the sorted slots differs from the gathered rows";
       test::expect_all_written_and_finite(h4, "h (W4A4) " + label);
       test::expect_all_written_and_finite(hv, "h " + label);
       int64_t o_bad = 0;

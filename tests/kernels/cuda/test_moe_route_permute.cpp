@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "format/fp_codes.h"
 #include "format/nvfp4.h"
@@ -41,12 +42,19 @@ std::vector<RouteCase> route_cases() {
 TEST(CudaMoeRoute, MatchesRouteReference) {
   FP4MOE_REQUIRE_SM80(device);
   for (const RouteCase& rc : route_cases()) {
-    for (int64_t tokens : {1, 7, 257}) {
+    for (int64_t tokens : {1, 7, 257}) for (const bool coarse : {false, true}) {
       const RoutingConfig& c = rc.config;
       const int64_t E = c.num_experts, K = c.top_k;
       std::vector<float> logits = test::random_logits(tokens, E, 11 + tokens);
       // Exact ties: copy some logits within a row, so tie-breaking is exercised.
       for (int64_t t = 0; t < tokens; ++t) logits[t * E + E - 1] = logits[t * E + 1];
+      // Coarse rows: a few experts at 0.5, the rest -0.0, +0.0 or -1; the slots past the 0.5 ones are
+      // ties of -0.0 and +0.0, which compare equal (lower expert first) as in the reference.
+      for (int64_t t = 0; coarse && t < tokens; ++t)
+        for (int64_t e = 0; e < E; ++e) {
+          const int64_t r = (e * 7 + t) % 3;
+          logits[t * E + e] = e % 97 == 5 ? 0.5f : (r == 0 ? -0.0f : (r == 1 ? 0.0f : -1.0f));
+        }
       std::vector<float> bias(static_cast<size_t>(E));
       for (int64_t e = 0; e < E; ++e) bias[e] = 0.01f * static_cast<float>((e * 37) % 11) - 0.05f;
       const bool grouped = c.method == RoutingMethod::kSigmoidGroupedTopk;
@@ -65,22 +73,23 @@ TEST(CudaMoeRoute, MatchesRouteReference) {
       for (int64_t i = 0; i < tokens * K && mismatches < 5; ++i) {
         if (ids[i] != ref_ids[i]) {
           ++mismatches;
-          ADD_FAILURE() << rc.name << " T=" << tokens << " slot " << i << ": id " << ids[i] << " vs reference " << ref_ids[i];
+          ADD_FAILURE() << rc.name << " T=" << tokens << (coarse ? " coarse" : "") << " slot " << i << ": id " << ids[i] << " vs reference " << ref_ids[i];
         }
-        EXPECT_NEAR(w[i], ref_w[i], 2e-7 * std::fabs(ref_w[i]) + 1e-30) << rc.name << " T=" << tokens << " slot " << i;
+        EXPECT_NEAR(w[i], ref_w[i], 2e-7 * std::fabs(ref_w[i]) + 1e-30) << rc.name << " T=" << tokens << (coarse ? " coarse" : "") << " slot " << i;
       }
     }
   }
 }
 
-// Host expectation of launch_moe_align: stable counting sort by expert.
+// Host expectation of launch_moe_align: stable counting sort by expert. 400 slots take the one-CTA
+// kernel; 4000 and 19996 slots (a partial last chunk, E = 1024 with 64 KB histograms) the multi-CTA one.
 TEST(CudaMoeAlign, StableCountingSortAndTiles) {
   FP4MOE_REQUIRE_SM80(device);
-  const int E = 64, K = 4;
+  const int K = 4;
+  for (const auto& [T, E] : {std::pair<int64_t, int>{100, 64}, {1000, 64}, {4999, 1024}})
   for (int variant = 0; variant < 3; ++variant) {
     for (int tile_m : {16, 64, 128}) {
-      const int64_t T = 1000;
-      Rng rng(variant * 100 + tile_m);
+      Rng rng(variant * 100 + tile_m + T);
       std::vector<int32_t> ids(T * K);
       for (int64_t i = 0; i < T * K; ++i) {
         ids[i] = static_cast<int32_t>(rng.below(E));
@@ -113,7 +122,8 @@ TEST(CudaMoeAlign, StableCountingSortAndTiles) {
       for (int64_t i = 0; i < T * K; ++i)
         if (ids[i] >= 0 && ids[i] < E) expected[ids[i]].push_back(static_cast<int32_t>(i));
       int32_t row = 0, tiles = 0;
-      const std::string label = "variant " + std::to_string(variant) + " tile_m " + std::to_string(tile_m);
+      const std::string label = "T " + std::to_string(T) + " E " + std::to_string(E) + " variant " +
+                                std::to_string(variant) + " tile_m " + std::to_string(tile_m);
       for (int e = 0; e < E; ++e) {
         ASSERT_EQ(counts[e], static_cast<int32_t>(expected[e].size())) << label << " expert " << e;
         ASSERT_EQ(offsets[e], row) << label << " expert " << e;
