@@ -48,62 +48,19 @@ class PreparedSm80Pipeline final : public PreparedMoe {
   int64_t max_tokens() const override { return max_tokens_; }
 
   void run(const MoeRunArgs& args) override {
-    FP4MOE_CHECK(args.tokens >= 0 && args.tokens <= max_tokens_, "cuda.sm80.pipeline: tokens ", args.tokens,
-                 " outside [0, max_tokens=", max_tokens_, "]");
-    if (args.tokens == 0) return;
-    FP4MOE_CHECK(args.hidden && args.router_logits && args.out && args.workspace,
-                 "cuda.sm80.pipeline: hidden, router_logits, out and workspace must be non-null");
-    const int64_t T = args.tokens, H = problem_.hidden, I = problem_.inter;
-    const int E = static_cast<int>(problem_.num_experts), K = static_cast<int>(problem_.top_k);
-    const bool w4a4 = problem_.activation_mode == ActivationMode::kW4A4;
-    auto stream = static_cast<cudaStream_t>(args.stream);
-    const PipelineWorkspace::Parts ws = workspace_.carve(args.workspace);
-    const MoeRouteBuffers& route = ws.route;
-    float* split = static_cast<float*>(ws.extra);
-    const int tile_m = sm80_pipeline_tile_m(T, K, E, large_tile_ok_);
-
-    launch_moe_route(problem_.routing, args.router_logits, args.correction_bias, T, route.topk_ids,
-                     route.topk_weights, stream);
-    launch_moe_align(route, T, K, E, tile_m, stream);
-    GroupedGemmArgs g1;
-    if (w4a4) {  // the rows are quantized to NVFP4 with their expert's input scale on the way
-      launch_moe_gather(args.hidden, route, T, K, E, H, weights_.w13_input_scale.as<float>(), ws.rows, stream);
-      g1.a = ws.rows;
-    } else {  // GEMM1 reads the hidden rows in place through the sorted slots (no gathered copy)
-      g1.a = args.hidden;
-      g1.a_slots = route.sorted_slots;
-      g1.top_k = K;
-    }
-    g1.w_packed = weights_.w13.as<uint8_t>();
-    g1.w_scales = weights_.w13_scales.as<uint8_t>();
-    g1.n = 2 * I;
-    g1.k = H;
-    g1.scale_first = weights_.gate_scale2.as<float>();
-    g1.scale_second = weights_.up_scale2.as<float>();
-    g1.input_scale = w4a4 ? weights_.w13_input_scale.as<float>() : nullptr;
-    g1.out_scale = weights_.w2_input_scale.as<float>();
-    g1.route = route;
-    g1.num_experts = E;
-    g1.max_tiles = moe_max_tiles(T, K, E, tile_m);
-    g1.rows = T * K;
-    g1.split_workspace = split;
-    g1.out = ws.h;
-    launch_grouped_gemm_nvfp4w_bf16(g1, w4a4 ? GemmEpilogue::kSwigluNvfp4 : GemmEpilogue::kSwiglu, tile_m, stream);
-
-    GroupedGemmArgs g2 = g1;
-    g2.a = ws.h;
-    g2.a_slots = nullptr;  // h is in sorted order
-    g2.w_packed = weights_.w2.as<uint8_t>();
-    g2.w_scales = weights_.w2_scales.as<uint8_t>();
-    g2.n = H;
-    g2.k = I;
-    g2.scale_first = weights_.down_scale2.as<float>();
-    g2.scale_second = nullptr;
-    g2.input_scale = w4a4 ? weights_.w2_input_scale.as<float>() : nullptr;
-    g2.out = ws.expert_out;
-    launch_grouped_gemm_nvfp4w_bf16(g2, GemmEpilogue::kScaleFp32, tile_m, stream);
-
-    launch_moe_combine(static_cast<const float*>(ws.expert_out), route, T, K, H, args.out, stream);
+    const int K = static_cast<int>(problem_.top_k), E = static_cast<int>(problem_.num_experts);
+    run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, /*gemm1_reads_hidden=*/true,
+                        [&](int64_t tokens) { return sm80_pipeline_tile_m(tokens, K, E, large_tile_ok_); },
+                        [&](const PipelineRun& run, const ExpertGemm& gemm) {
+                          GroupedGemmArgs g;
+                          static_cast<GroupedGemmOperands&>(g) = gemm;
+                          g.route = run.route;
+                          g.num_experts = E;
+                          g.max_tiles = moe_max_tiles(run.tokens, K, E, run.tile_m);
+                          g.rows = run.tokens * K;
+                          g.split_workspace = static_cast<float*>(run.extra);
+                          launch_grouped_gemm_nvfp4w_bf16(g, gemm.epilogue, run.tile_m, run.stream);
+                        });
   }
 
  private:

@@ -84,64 +84,27 @@ class PreparedSm90Prefill final : public PreparedMoe {
   int64_t max_tokens() const override { return max_tokens_; }
 
   void run(const MoeRunArgs& args) override {
-    FP4MOE_CHECK(args.tokens >= 0 && args.tokens <= max_tokens_, "cuda.sm90.prefill: tokens ", args.tokens,
-                 " outside [0, max_tokens=", max_tokens_, "]");
-    if (args.tokens == 0) return;
-    FP4MOE_CHECK(args.hidden && args.router_logits && args.out && args.workspace,
-                 "cuda.sm90.prefill: hidden, router_logits, out and workspace must be non-null");
-    const int64_t T = args.tokens, H = problem_.hidden, I = problem_.inter;
-    const int E = static_cast<int>(problem_.num_experts), K = static_cast<int>(problem_.top_k);
-    const bool w4a4 = problem_.activation_mode == ActivationMode::kW4A4;
-    auto stream = static_cast<cudaStream_t>(args.stream);
-    const PipelineWorkspace::Parts ws = workspace_.carve(args.workspace);
-    const MoeRouteBuffers& route = ws.route;
-
-    launch_moe_route(problem_.routing, args.router_logits, args.correction_bias, T, route.topk_ids,
-                     route.topk_weights, stream);
-    const int tile_m = !choice_.regw              ? kSm90TileM
-                       : choice_.fixed_tile_tokens ? choice_.fixed_tile_tokens
-                                                   : sm90_regw_choose_tile_tokens(T, K, E);
-    launch_moe_align(route, T, K, E, tile_m, stream);
-    launch_moe_gather(args.hidden, route, T, K, E, H, w4a4 ? weights_.w13_input_scale.as<float>() : nullptr, ws.rows,
-                      stream);
-
-    Sm90GemmArgs g1;
-    g1.a = ws.rows;
-    g1.rows = T * K;
-    g1.w_packed = weights_.w13.as<uint8_t>();
-    g1.w_scales = weights_.w13_scales.as<uint8_t>();
-    g1.n = 2 * I;
-    g1.k = H;
-    g1.scale_first = weights_.gate_scale2.as<float>();
-    g1.scale_second = weights_.up_scale2.as<float>();
-    g1.input_scale = w4a4 ? weights_.w13_input_scale.as<float>() : nullptr;
-    g1.out_scale = weights_.w2_input_scale.as<float>();
-    g1.route = route;
-    g1.max_tiles = moe_max_tiles(T, K, E, tile_m);
-    g1.num_sms = num_sms_;
-    g1.out = ws.h;
-    const GemmEpilogue epi1 = w4a4 ? GemmEpilogue::kSwigluNvfp4 : GemmEpilogue::kSwiglu;
-    if (choice_.regw)
-      launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g1, tile_m, epi1, stream, choice_.cluster);
-    else
-      launch_grouped_gemm_nvfp4w_bf16_sm90a(g1, epi1, stream);
-
-    Sm90GemmArgs g2 = g1;
-    g2.a = ws.h;
-    g2.w_packed = weights_.w2.as<uint8_t>();
-    g2.w_scales = weights_.w2_scales.as<uint8_t>();
-    g2.n = H;
-    g2.k = I;
-    g2.scale_first = weights_.down_scale2.as<float>();
-    g2.scale_second = nullptr;
-    g2.input_scale = w4a4 ? weights_.w2_input_scale.as<float>() : nullptr;
-    g2.out = ws.expert_out;
-    if (choice_.regw)
-      launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g2, tile_m, GemmEpilogue::kScaleFp32, stream, choice_.cluster);
-    else
-      launch_grouped_gemm_nvfp4w_bf16_sm90a(g2, GemmEpilogue::kScaleFp32, stream);
-
-    launch_moe_combine(static_cast<const float*>(ws.expert_out), route, T, K, H, args.out, stream);
+    const int K = static_cast<int>(problem_.top_k), E = static_cast<int>(problem_.num_experts);
+    auto choose_tile_m = [&](int64_t tokens) {
+      return !choice_.regw              ? kSm90TileM
+             : choice_.fixed_tile_tokens ? choice_.fixed_tile_tokens
+                                         : sm90_regw_choose_tile_tokens(tokens, K, E);
+    };
+    // The token tiles are TMA boxes of contiguous rows: GEMM1 reads gathered rows.
+    run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, /*gemm1_reads_hidden=*/false,
+                        choose_tile_m, [&](const PipelineRun& run, const ExpertGemm& gemm) {
+                          Sm90GemmArgs g;
+                          static_cast<GroupedGemmOperands&>(g) = gemm;
+                          g.rows = run.tokens * K;
+                          g.route = run.route;
+                          g.max_tiles = moe_max_tiles(run.tokens, K, E, run.tile_m);
+                          g.num_sms = num_sms_;
+                          if (choice_.regw)
+                            launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, run.tile_m, gemm.epilogue, run.stream,
+                                                                       choice_.cluster);
+                          else
+                            launch_grouped_gemm_nvfp4w_bf16_sm90a(g, gemm.epilogue, run.stream);
+                        });
   }
 
  private:

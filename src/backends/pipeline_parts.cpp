@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/error.h"
 #include "common/parallel.h"
 #include "kernels/cuda/nvfp4_mma_layout.h"
 
@@ -68,6 +69,64 @@ PipelineWorkspace::Parts PipelineWorkspace::carve(void* workspace) const {
   parts.h = ws + route_bytes_ + out_bytes_;
   parts.extra = ws + route_bytes_ + out_bytes_ + h_bytes_;
   return parts;
+}
+
+void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem, int64_t max_tokens,
+                         const DeviceExpertWeights& weights, const PipelineWorkspace& workspace,
+                         const MoeRunArgs& args, bool gemm1_reads_hidden, const ChooseTileM& choose_tile_m,
+                         const LaunchExpertGemm& launch_gemm) {
+  FP4MOE_CHECK(args.tokens >= 0 && args.tokens <= max_tokens, backend_id, ": tokens ", args.tokens,
+               " outside [0, max_tokens=", max_tokens, "]");
+  if (args.tokens == 0) return;
+  FP4MOE_CHECK(args.hidden && args.router_logits && args.out && args.workspace, backend_id,
+               ": hidden, router_logits, out and workspace must be non-null");
+  const int64_t T = args.tokens, H = problem.hidden, I = problem.inter;
+  const int E = static_cast<int>(problem.num_experts), K = static_cast<int>(problem.top_k);
+  const bool w4a4 = problem.activation_mode == ActivationMode::kW4A4;
+  auto stream = static_cast<cudaStream_t>(args.stream);
+  const PipelineWorkspace::Parts ws = workspace.carve(args.workspace);
+  const int tile_m = choose_tile_m(T);
+  const PipelineRun run{ws.route, T, tile_m, ws.extra, stream};
+
+  launch_moe_route(problem.routing, args.router_logits, args.correction_bias, T, ws.route.topk_ids,
+                   ws.route.topk_weights, stream);
+  launch_moe_align(ws.route, T, K, E, tile_m, stream);
+
+  ExpertGemm g1;
+  if (w4a4 || !gemm1_reads_hidden) {  // W4A4: the rows are quantized with their expert's input scale on the way
+    launch_moe_gather(args.hidden, ws.route, T, K, E, H, w4a4 ? weights.w13_input_scale.as<float>() : nullptr,
+                      ws.rows, stream);
+    g1.a = ws.rows;
+  } else {
+    g1.a = args.hidden;
+    g1.a_slots = ws.route.sorted_slots;
+    g1.top_k = K;
+  }
+  g1.w_packed = weights.w13.as<uint8_t>();
+  g1.w_scales = weights.w13_scales.as<uint8_t>();
+  g1.n = 2 * I;
+  g1.k = H;
+  g1.scale_first = weights.gate_scale2.as<float>();
+  g1.scale_second = weights.up_scale2.as<float>();
+  g1.input_scale = w4a4 ? weights.w13_input_scale.as<float>() : nullptr;
+  g1.out_scale = weights.w2_input_scale.as<float>();
+  g1.out = ws.h;
+  g1.epilogue = w4a4 ? GemmEpilogue::kSwigluNvfp4 : GemmEpilogue::kSwiglu;
+  launch_gemm(run, g1);
+
+  ExpertGemm g2;
+  g2.a = ws.h;
+  g2.w_packed = weights.w2.as<uint8_t>();
+  g2.w_scales = weights.w2_scales.as<uint8_t>();
+  g2.n = H;
+  g2.k = I;
+  g2.scale_first = weights.down_scale2.as<float>();
+  g2.input_scale = w4a4 ? weights.w2_input_scale.as<float>() : nullptr;
+  g2.out = ws.expert_out;
+  g2.epilogue = GemmEpilogue::kScaleFp32;
+  launch_gemm(run, g2);
+
+  launch_moe_combine(static_cast<const float*>(ws.expert_out), ws.route, T, K, H, args.out, stream);
 }
 
 }  // namespace fp4moe

@@ -1,14 +1,20 @@
 // Host-side parts shared by the CUDA backends: the upload of the per-expert tensor scales (every CUDA
-// backend), and for those built as route -> align -> gather -> grouped GEMM1 -> grouped GEMM2 -> combine
-// (cuda.sm80.pipeline.v1, cuda.sm90.prefill.v1) the upload of the expert weights after a backend's own
-// repack and the workspace those stages use.
+// backend), and for those built as route -> align -> [gather] -> grouped GEMM1 -> grouped GEMM2 ->
+// combine (cuda.sm80.pipeline.v1, cuda.sm90.prefill.v1) the upload of the expert weights after a
+// backend's own repack, the workspace those stages use and their run (run_expert_pipeline: a backend
+// supplies its M-tile choice and its GEMM launch).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
+#include <functional>
+#include <string_view>
+
+#include "backends/moe_backend.h"
 #include "format/moe_weights.h"
 #include "kernels/cuda/common/device_buffer.h"
+#include "kernels/cuda/grouped_gemm_operands.h"
 #include "kernels/cuda/moe_route_permute.h"
 #include "kernels/moe_problem.h"
 
@@ -53,5 +59,32 @@ struct PipelineWorkspace {
   int top_k_, num_experts_, smallest_tile_m_;
   size_t route_bytes_, out_bytes_, h_bytes_, extra_bytes_;
 };
+
+// One grouped GEMM of the expert pipeline: its operands (a backend's launcher arguments extend
+// GroupedGemmOperands) and epilogue.
+struct ExpertGemm : GroupedGemmOperands {
+  GemmEpilogue epilogue = GemmEpilogue::kScaleFp32;
+};
+
+// What a backend's GEMM launch needs besides the ExpertGemm.
+struct PipelineRun {
+  const MoeRouteBuffers& route;
+  int64_t tokens;
+  int tile_m;
+  void* extra;  // the workspace's backend-specific part
+  cudaStream_t stream;
+};
+
+// run() of the backends built as route -> align -> [gather] -> GEMM1 -> GEMM2 -> combine: checks the
+// run arguments (messages name backend_id), launches the stages on args.stream and calls
+// launch_gemm(run, gemm) for each GEMM. choose_tile_m(tokens): the M tile the align emits (called once
+// the arguments are valid). gemm1_reads_hidden: a W4A16 GEMM1 that can read the hidden rows through the
+// sorted slots (no gather); W4A4 always gathers (the rows are quantized on the way).
+using ChooseTileM = std::function<int(int64_t tokens)>;
+using LaunchExpertGemm = std::function<void(const PipelineRun& run, const ExpertGemm& gemm)>;
+void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem, int64_t max_tokens,
+                         const DeviceExpertWeights& weights, const PipelineWorkspace& workspace,
+                         const MoeRunArgs& args, bool gemm1_reads_hidden, const ChooseTileM& choose_tile_m,
+                         const LaunchExpertGemm& launch_gemm);
 
 }  // namespace fp4moe

@@ -8,36 +8,20 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/grouped_gemm_operands.h"
 #include "kernels/cuda/moe_route_permute.h"
 
 namespace fp4moe {
 
-enum class GemmEpilogue {
-  kSwiglu,       // GEMM1: W rows gate/up interleaved by 8; out BF16 [rows, N/2] = bf16(silu(g) * u)
-  kSwigluNvfp4,  // GEMM1, W4A4: h quantized to NVFP4 with out_scale[e], stored dequantized (without it)
-  kScaleFp32,    // GEMM2: out fp32 [rows, N] = scale_first[e] (* input_scale[e]) * acc
-  kPartialFp32,  // internal (split-K): raw fp32 sums per K split, finished by a reduction kernel
-};
-
-struct GroupedGemmArgs {
-  const void* a = nullptr;              // [T*K, K] BF16, sorted rows; or [T, K] with a_slots
-  const int32_t* a_slots = nullptr;     // non-null: sorted row r is A's row a_slots[r] / top_k (no gather)
-  int top_k = 0;                        // with a_slots
-  const uint8_t* w_packed = nullptr;    // [E][N/8][K/128][512]
-  const uint8_t* w_scales = nullptr;    // [E][N/8][K/128][64]
-  int64_t n = 0;                        // N (multiple of 128)
-  int64_t k = 0;                        // K (multiple of 128)
-  const float* scale_first = nullptr;   // [E] gate_scale2 (GEMM1) or down_scale2 (GEMM2)
-  const float* scale_second = nullptr;  // [E] up_scale2 (GEMM1)
-  const float* input_scale = nullptr;   // [E] activation tensor scale (W4A4) or null (W4A16)
-  const float* out_scale = nullptr;     // [E] w2_input_scale (kSwigluNvfp4)
+// The operands in this kernel's terms: w_packed [E][N/8][K/128][512] (nvfp4_mma_layout.h), w_scales
+// [E][N/8][K/128][64]; N and K multiples of 128.
+struct GroupedGemmArgs : GroupedGemmOperands {
   MoeRouteBuffers route;                // tile list, expert offsets
   int num_experts = 0;
   int64_t max_tiles = 0;                // grid bound: moe_max_tiles(T, K, E, tile_m)
   int64_t rows = 0;                     // T*K (sorted rows; the row stride of split-K partials)
   float* split_workspace = nullptr;     // grouped_gemm_split_workspace_bytes(N); null disables split-K
   int k_splits = 0;                     // 0: grouped_gemm_k_splits decides; 1..kMaxKSplits forces (tuning, tests)
-  void* out = nullptr;
 };
 
 // Split-K (decode only): with few rows the N/32 x experts warps cannot fill the GPU, so K is split

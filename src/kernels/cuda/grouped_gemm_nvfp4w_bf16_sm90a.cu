@@ -335,6 +335,7 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a(const Sm90GemmArgs& args, GemmEpilogu
   FP4MOE_CHECK(args.k > 0 && args.k % kSm90TileK == 0, "sm90 grouped GEMM: K (", args.k, ") must be a positive multiple of ", kSm90TileK);
   FP4MOE_CHECK(args.a && args.w_packed && args.w_scales && args.scale_first && args.out,
                "sm90 grouped GEMM: null operand pointer");
+  FP4MOE_CHECK(!args.a_slots, "sm90 grouped GEMM: A must be the sorted rows (a TMA box per token tile); a_slots is not supported");
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(args.a) % 16 == 0, "sm90 grouped GEMM: A must be 16-byte aligned (TMA)");
   FP4MOE_CHECK(epilogue == GemmEpilogue::kScaleFp32 || args.scale_second,
                "sm90 grouped GEMM: the SwiGLU epilogues need scale_second (up_scale2)");

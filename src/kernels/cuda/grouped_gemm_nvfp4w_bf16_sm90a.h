@@ -17,7 +17,7 @@
 #include <span>
 
 #include "format/nvfp4.h"
-#include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"  // GemmEpilogue
+#include "kernels/cuda/grouped_gemm_operands.h"
 #include "kernels/cuda/moe_route_permute.h"
 
 namespace fp4moe {
@@ -32,21 +32,14 @@ inline constexpr int kSm90TileK = 64;   // K block (one 128-byte swizzled BF16 r
 void repack_nvfp4_for_sm90(const Nvfp4View& m, std::span<const int64_t> source_rows, uint8_t* packed_out,
                            uint8_t* scales_out);
 
-struct Sm90GemmArgs {
-  const void* a = nullptr;              // [rows, k] BF16 sorted rows (16-byte aligned)
+// The operands in this kernel's terms: `a` 16-byte aligned sorted rows (the token tiles are TMA boxes;
+// a_slots must be null), w_packed [E][N/128][K/64][4096], w_scales [E][N/128][K/64][512]; N a multiple
+// of 128, K of 64.
+struct Sm90GemmArgs : GroupedGemmOperands {
   int64_t rows = 0;                     // T*K: rows of `a` (the TMA zero-fills past them)
-  const uint8_t* w_packed = nullptr;    // [E][N/128][K/64][4096]
-  const uint8_t* w_scales = nullptr;    // [E][N/128][K/64][512]
-  int64_t n = 0;                        // N (multiple of 128)
-  int64_t k = 0;                        // K (multiple of 64)
-  const float* scale_first = nullptr;   // [E] gate_scale2 (GEMM1) or down_scale2 (GEMM2)
-  const float* scale_second = nullptr;  // [E] up_scale2 (GEMM1)
-  const float* input_scale = nullptr;   // [E] activation tensor scale (W4A4) or null (W4A16)
-  const float* out_scale = nullptr;     // [E] w2_input_scale (kSwigluNvfp4)
   MoeRouteBuffers route;                // M tiles of kSm90TileM rows and expert offsets (launch_moe_align)
   int64_t max_tiles = 0;                // moe_max_tiles(T, K, E, kSm90TileM)
   int num_sms = 0;                      // persistent grid size
-  void* out = nullptr;                  // kSwiglu*: BF16 [rows, N/2]; kScaleFp32: fp32 [rows, N]
 };
 
 // Dynamic shared memory of the kernel (the device's opt-in limit must allow it).

@@ -528,6 +528,7 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int ti
   FP4MOE_CHECK(args.n > 0 && args.n % kBn == 0, "sm90 regw GEMM: N (", args.n, ") must be a positive multiple of ", kBn);
   FP4MOE_CHECK(args.k > 0 && args.k % kBk == 0, "sm90 regw GEMM: K (", args.k, ") must be a positive multiple of ", kBk);
   FP4MOE_CHECK(args.a && args.w_packed && args.w_scales && args.scale_first && args.out, "sm90 regw GEMM: null operand pointer");
+  FP4MOE_CHECK(!args.a_slots, "sm90 regw GEMM: A must be the sorted rows (a TMA box per token tile); a_slots is not supported");
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(args.a) % 16 == 0 && reinterpret_cast<uintptr_t>(args.w_packed) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(args.w_scales) % 16 == 0,
                "sm90 regw GEMM: A and the weights must be 16-byte aligned (TMA / bulk copies)");
