@@ -11,6 +11,7 @@ void register_info(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("info", "Show the version, the build and the GPUs this process can see");
   set_action(sub, [] {
     std::printf("fp4moe %s\n", build_info::kVersion);
+    std::printf("commit:          %s\n", build_info::kGitCommit);
     std::printf("build type:      %s\n", build_info::kBuildType);
     std::printf("C++ compiler:    %s\n", build_info::kCompiler);
     if (build_info::kCudaArchs[0] != '\0') {
