@@ -14,11 +14,14 @@ else()
   if(NOT _git_status EQUAL 0 OR FP4MOE_GIT_COMMIT STREQUAL "")
     set(FP4MOE_GIT_COMMIT "unknown")
   else()
-    # Uncommitted changes to tracked files: the commit alone does not name this code.
-    execute_process(COMMAND git status --porcelain --untracked-files=no WORKING_DIRECTORY ${FP4MOE_SOURCE_DIR}
-                    OUTPUT_VARIABLE _git_changes OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-    if(NOT _git_changes STREQUAL "")
-      set(FP4MOE_GIT_COMMIT "${FP4MOE_GIT_COMMIT}+dirty")
+    # Uncommitted changes to tracked files: the commit alone does not name this code; a hash of the
+    # diff tells one set of changes from another (verdicts qualified on one are not reused for the next).
+    execute_process(COMMAND git diff HEAD WORKING_DIRECTORY ${FP4MOE_SOURCE_DIR}
+                    OUTPUT_VARIABLE _git_diff ERROR_QUIET)
+    if(NOT _git_diff STREQUAL "")
+      string(SHA256 _diff_hash "${_git_diff}")
+      string(SUBSTRING "${_diff_hash}" 0 8 _diff_hash)
+      set(FP4MOE_GIT_COMMIT "${FP4MOE_GIT_COMMIT}+dirty.${_diff_hash}")
     endif()
   endif()
 endif()

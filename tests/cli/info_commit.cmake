@@ -1,5 +1,6 @@
-# ctest -P helper: the commit `fp4moe info` prints equals the source tree's (git rev-parse, "+dirty" with
-# uncommitted changes to tracked files, or $FP4MOE_GIT_COMMIT when set). Variables: FP4MOE, SOURCE_DIR.
+# ctest -P helper: the commit `fp4moe info` prints is the one cmake/build_info.cmake reads from the
+# source tree now (the commit, "+dirty.<diff hash>" with uncommitted changes, or $FP4MOE_GIT_COMMIT).
+# Variables: FP4MOE, SOURCE_DIR, SCRATCH (a file this test may write).
 execute_process(COMMAND ${FP4MOE} info OUTPUT_VARIABLE info RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "fp4moe info failed (${rc})")
@@ -8,20 +9,12 @@ if(NOT info MATCHES "commit: +([^\n]+)")
   message(FATAL_ERROR "fp4moe info prints no commit line:\n${info}")
 endif()
 set(printed "${CMAKE_MATCH_1}")
-if(DEFINED ENV{FP4MOE_GIT_COMMIT} AND NOT "$ENV{FP4MOE_GIT_COMMIT}" STREQUAL "")
-  set(expected "$ENV{FP4MOE_GIT_COMMIT}")
-else()
-  execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SOURCE_DIR} OUTPUT_VARIABLE expected
-                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE git_rc)
-  if(NOT git_rc EQUAL 0)
-    message(FATAL_ERROR "SKIPPED: not a git checkout, no commit to compare")
-  endif()
-  execute_process(COMMAND git status --porcelain --untracked-files=no WORKING_DIRECTORY ${SOURCE_DIR}
-                  OUTPUT_VARIABLE changes OUTPUT_STRIP_TRAILING_WHITESPACE)
-  if(NOT changes STREQUAL "")
-    string(APPEND expected "+dirty")
-  endif()
+set(FP4MOE_SOURCE_DIR ${SOURCE_DIR})
+set(FP4MOE_BUILD_INFO_OUT ${SCRATCH})
+include(${SOURCE_DIR}/cmake/build_info.cmake)
+if(FP4MOE_GIT_COMMIT STREQUAL "unknown")
+  message(FATAL_ERROR "SKIPPED: not a git checkout, no commit to compare")
 endif()
-if(NOT printed STREQUAL expected)
-  message(FATAL_ERROR "fp4moe info says commit ${printed}, the tree is at ${expected}: the build info is stale")
+if(NOT printed STREQUAL FP4MOE_GIT_COMMIT)
+  message(FATAL_ERROR "fp4moe info says commit ${printed}, the tree is at ${FP4MOE_GIT_COMMIT}: the build info is stale")
 endif()
