@@ -13,13 +13,16 @@
 // pipeline's routing code) and sorts the slots by expert (stable), so no routing launch is needed;
 // items = (expert, 8-token group, 16 rows of W13 = 8 gate + 8 up rows; 32 rows for W4A4, whose h
 // quantization needs a whole 16-column NVFP4 block in one warp), K split over the 8 warps, summed in
-// warp order. Launch 2 (GEMM2 + combine): items = 16 rows of H; the 8 warps share the (expert,
-// K chunk) units, each folds weight * down_scale2 * partial dot into its own fp32 token x row
-// accumulators, summed in warp order at the end; on SM90 it is a programmatic dependent launch that
-// waits for launch 1 only after its prologue. All orders are fixed: bit-identical reruns.
+// warp order. Launch 2 (GEMM2 + combine): items = 16 rows of H; the CTA's warps (kGemm2Shapes) share
+// the (expert, K chunk) units, each folds weight * down_scale2 * partial dot into its own fp32 token x
+// row accumulators, summed in warp order at the end. On SM90 it is a programmatic dependent launch: it
+// reads the routing record as soon as CTA 0 of launch 1 has released it (a flag, long before launch 1
+// ends) and fills its first W2 ring stages before griddepcontrol.wait; only h waits for launch 1.
+// All orders are fixed: bit-identical reruns.
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "common/error.h"
 #include "kernels/cuda/common/block_scan.cuh"
@@ -44,18 +47,29 @@ using sm80::mma_bf16;
 using sm80::scale_lut_entry;
 
 constexpr int kGemm1Warps = 8;  // launch 1: the K chunks of an item are split over the CTA's warps
-constexpr int kGemm2Warps = 8;
 // Launch 1's CTAs per SM: the step is a long dependent chain (decode -> HMUL2 -> HMMA), so at one token
 // the time is each warp's chain of steps: W4A16 fits 80 registers for 3 CTAs (24 warps) per SM, shorter
 // chains and more warps to interleave; W4A4's 32-row items need more registers and keep 2.
 __host__ __device__ constexpr int ctas_per_sm1(int mt) { return mt == 1 ? 3 : 2; }
 // cp.async ring stages per warp: 3 steps in flight per warp, 83 KB (W4A4: 110 KB) per SM.
 constexpr int kStages1 = 4;
-constexpr int kStages2 = 6;
 constexpr int kTokenGroup = 8;  // tokens per GEMM1 item: one n8 tile (decode has ~1 token per expert)
 constexpr int kLutBytes = 256 * 4;
-constexpr int kRing2Bytes = kGemm2Warps * kStages2 * kDecodeBlockBytes;
-static_assert(kStages1 >= 3 && kStages2 >= 3, "the rings keep at least two copies in flight");
+static_assert(kStages1 >= 3, "the ring keeps at least two copies in flight");
+
+// Launch 2's CTA shapes (one CTA per 16 rows of H; its warps share the units): warps per CTA, ring stages
+// per warp, CTAs per SM for __launch_bounds__. 8 warps (106 registers, 6 stages) fit 16 warps per SM;
+// 10 warps (96 registers, 5 stages) fit 20, and each warp walks 8 instead of 10 units at one token of
+// Qwen3.5-397B. Both measured the same within 1 % on the H200 (2026-11-30-h200-fused-decode-3.md); 12
+// warps needed <= 80 registers, spilled 148 bytes in the unit loop and were 7-10 % slower (dropped).
+struct Gemm2Shape {
+  int warps, stages, ctas_per_sm;
+};
+inline constexpr Gemm2Shape kGemm2Shapes[] = {{8, 6, 1}, {10, 5, 2}};
+inline constexpr int kGemm2ShapeCount = kFusedDecodeGemm2ShapeCount;
+static_assert(sizeof(kGemm2Shapes) / sizeof(kGemm2Shapes[0]) == kGemm2ShapeCount, "the header counts the shapes");
+static_assert(kFusedDecodeDefaultGemm2Shape >= 0 && kFusedDecodeDefaultGemm2Shape < kGemm2ShapeCount, "default shape");
+static_assert(kGemm2Shapes[0].stages >= 3 && kGemm2Shapes[1].stages >= 3, "the rings keep two copies in flight");
 static_assert(kFusedDecodeMaxTokens % kTokenGroup == 0, "token chunks are whole token groups");
 
 __host__ __device__ constexpr size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
@@ -98,12 +112,12 @@ __host__ __device__ inline Gemm1Smem gemm1_smem(int num_experts, int tk_cap, int
 struct Gemm2Smem {
   size_t lut, ring, acc, touched, toff, sorted, sorted_token, slot_factor, total;
 };
-__host__ __device__ inline Gemm2Smem gemm2_smem(int tk_cap) {
+__host__ __device__ inline Gemm2Smem gemm2_smem(int tk_cap, Gemm2Shape shape) {
   Gemm2Smem s{};
   s.lut = 0;
   s.ring = kLutBytes;
-  s.acc = s.ring + kRing2Bytes;
-  s.touched = s.acc + size_t(kGemm2Warps) * kFusedDecodeMaxTokens * 16 * 4;
+  s.acc = s.ring + size_t(shape.warps) * shape.stages * kDecodeBlockBytes;
+  s.touched = s.acc + size_t(shape.warps) * kFusedDecodeMaxTokens * 16 * 4;
   s.toff = align16(s.touched + size_t(tk_cap) * 2);
   s.sorted = align16(s.toff + size_t(tk_cap + 1) * 2);
   s.sorted_token = align16(s.sorted + size_t(tk_cap) * 2);
@@ -119,7 +133,20 @@ struct RoutingRecord {
   int32_t* toff;        // [n + 1] first sorted slot of each touched expert
   int32_t* sorted;      // [T*K] slots sorted by expert, stable
   int32_t* num_touched; // [1]
+  // Launch 2 reads the record before griddepcontrol.wait (it only needs the routing, which CTA 0 of
+  // launch 1 finishes long before its GEMM1 ends): `ready` is kRecordReady from CTA 0's release on;
+  // `arrivals` counts launch 2's CTAs that saw it, and the last one clears `ready` for the next pair.
+  // Launch 1 zeroes `arrivals` before its release, so any initial workspace contents work.
+  int32_t* ready;
+  int32_t* arrivals;
 };
+constexpr int32_t kRecordReady = 0x52454144;  // any value a cleared or fresh (0xFF...) workspace does not hold
+
+__device__ __forceinline__ int32_t load_acquire_gpu(const int32_t* address) {
+  int32_t value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
 
 struct Gemm1Params {
   route_device::RouteParams route;  // tokens = this chunk's T
@@ -356,7 +383,12 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
     for (int i = threadIdx.x; i < n_touched; i += blockDim.x) p.record.touched[i] = touched[i];
     for (int i = threadIdx.x; i <= n_touched; i += blockDim.x) p.record.toff[i] = toff[i];
     for (int i = threadIdx.x; i < toff[n_touched]; i += blockDim.x) p.record.sorted[i] = sorted[i];
-    if (threadIdx.x == 0) *p.record.num_touched = n_touched;
+    if (threadIdx.x == 0) *p.record.num_touched = n_touched, *p.record.arrivals = 0;
+    __syncthreads();  // (uniform: the whole CTA 0) every thread's record writes precede the release below
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicExch(p.record.ready, kRecordReady);
+    }
   }
 
   // 3. Items: (touched expert, 8-token group, 16*MT rows of W13), dealt round-robin over the CTAs
@@ -510,9 +542,12 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   cp_async_wait<0>();
 }
 
-__global__ void __launch_bounds__(kGemm2Warps * 32) fused_gemm2_kernel(Gemm2Params p) {
+template <int kShape>
+__global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[kShape].ctas_per_sm)
+    fused_gemm2_kernel(Gemm2Params p) {
+  constexpr int kGemm2Warps = kGemm2Shapes[kShape].warps, kStages2 = kGemm2Shapes[kShape].stages;
   extern __shared__ __align__(16) uint8_t smem[];
-  const Gemm2Smem L = gemm2_smem(p.tk_cap);
+  const Gemm2Smem L = gemm2_smem(p.tk_cap, kGemm2Shapes[kShape]);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + L.lut);
   float* acc_all = reinterpret_cast<float*>(smem + L.acc);
   int16_t* touched = reinterpret_cast<int16_t*>(smem + L.touched);
@@ -524,10 +559,16 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) fused_gemm2_kernel(Gemm2Para
   const int T = p.tokens, K = p.top_k;
 
   for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = scale_lut_entry(i);
-  pdl_wait_for_primary();  // launch 1's routing record and h are complete and visible from here on
-  const int n_touched = *p.record.num_touched;
-  for (int i = threadIdx.x; i <= n_touched; i += blockDim.x) toff[i] = static_cast<int16_t>(p.record.toff[i]);
-  for (int i = threadIdx.x; i < n_touched; i += blockDim.x) touched[i] = static_cast<int16_t>(p.record.touched[i]);
+  // The routing record is complete once CTA 0 of launch 1 released it (long before launch 1 ends):
+  // read it, and fill the first W2 ring stages, before waiting for launch 1's h.
+  if (threadIdx.x == 0) {
+    while (load_acquire_gpu(p.record.ready) != kRecordReady) __nanosleep(128);
+    if (atomicAdd(p.record.arrivals, 1) == static_cast<int>(gridDim.x) - 1) atomicExch(p.record.ready, 0);
+  }
+  __syncthreads();  // orders every thread's record reads after thread 0's acquire
+  const int n_touched = __ldcg(p.record.num_touched);
+  for (int i = threadIdx.x; i <= n_touched; i += blockDim.x) toff[i] = static_cast<int16_t>(__ldcg(p.record.toff + i));
+  for (int i = threadIdx.x; i < n_touched; i += blockDim.x) touched[i] = static_cast<int16_t>(__ldcg(p.record.touched + i));
   __syncthreads();
   // Per sorted slot: its token and the factor weight * down_scale2 * 2^9 (* input scale) of its expert.
   for (int j = threadIdx.x; j < n_touched; j += blockDim.x) {
@@ -535,10 +576,10 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) fused_gemm2_kernel(Gemm2Para
     const float in_scale = p.in_scale ? p.in_scale[e] : 1.0f;
     const float factor = __fmul_rn(__fmul_rn(p.down_scale2[e], kScaleLutCompensation), in_scale);
     for (int i = toff[j]; i < toff[j + 1]; ++i) {
-      const int slot = p.record.sorted[i];
+      const int slot = __ldcg(p.record.sorted + i);
       sorted[i] = static_cast<int16_t>(slot);
       sorted_token[i] = static_cast<int16_t>(slot / K);
-      slot_factor[i] = __fmul_rn(p.record.weights[slot], factor);
+      slot_factor[i] = __fmul_rn(__ldcg(p.record.weights + slot), factor);
     }
   }
   __syncthreads();
@@ -561,23 +602,31 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) fused_gemm2_kernel(Gemm2Para
     const int slot = g < toff[j + 1] - first ? sorted[first + g] : sorted[first];
     return p.h + size_t(slot) * p.inter + kc * kDecodeChunkK + 32 * t;
   };
-  for (int rb = blockIdx.x; rb < tiles; rb += gridDim.x) {
+  // The weight cursor of the current row block: zeroes the accumulators and fills kStages2 - 1 stages.
+  const uint8_t* w2_rows = nullptr;
+  StridedPos fetch{};
+  int fill_slot = 0;
+  auto issue = [&]() {
+    if (fetch.outer < n_touched) {  // the warp's units run out exactly when its walk passes the last expert
+      copy_lane_bytes(my_ring + fill_slot * kDecodeBlockBytes,
+                      w2_rows + size_t(touched[fetch.outer]) * expert_stride + fetch.inner * kDecodeBlockBytes, lane);
+      walk.next(fetch);
+    }
+    cp_async_commit();
+    fill_slot = fill_slot + 1 == kStages2 ? 0 : fill_slot + 1;
+  };
+  auto start_row_block = [&](int rb) {
     for (int i = lane; i < T * 16; i += 32) acc[i] = 0.0f;
     __syncwarp();
-    const uint8_t* const w2_rows = p.w2 + size_t(rb) * chunks * kDecodeBlockBytes + lane * 16;
-    StridedPos fetch = first_unit;
-    int fetched = 0, fill_slot = 0;
-    auto issue = [&]() {
-      if (fetched < my_units) {
-        copy_lane_bytes(my_ring + fill_slot * kDecodeBlockBytes,
-                        w2_rows + size_t(touched[fetch.outer]) * expert_stride + fetch.inner * kDecodeBlockBytes, lane);
-        walk.next(fetch);
-        ++fetched;
-      }
-      cp_async_commit();
-      fill_slot = fill_slot + 1 == kStages2 ? 0 : fill_slot + 1;
-    };
+    w2_rows = p.w2 + size_t(rb) * chunks * kDecodeBlockBytes + lane * 16;
+    fetch = first_unit;
+    fill_slot = 0;
     for (int s = 0; s < kStages2 - 1; ++s) issue();
+  };
+  if (static_cast<int>(blockIdx.x) < tiles) start_row_block(blockIdx.x);
+  pdl_wait_for_primary();  // launch 1's h is complete and visible from here on
+  for (int rb = blockIdx.x; rb < tiles; rb += gridDim.x) {
+    if (rb != static_cast<int>(blockIdx.x)) start_row_block(rb);
     // The first token tile's h runs two units ahead in registers (it comes from L2: written by launch 1),
     // in two buffers used alternately.
     StridedPos act = first_unit;
@@ -597,15 +646,13 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) fused_gemm2_kernel(Gemm2Para
       const int first = toff[cur.outer], ntok = toff[cur.outer + 1] - first;
       for (int nt = 0; nt * 8 < ntok; ++nt) {
         float part[4] = {};
-        if (nt == 0) {
-          mma_chunk(part, block.row0, block.row1, block.scales, lut, b_tile0);
-        } else {  // more than 8 tokens on this expert (rare at decode): load in place
+        if (nt > 0) {  // more than 8 tokens on this expert (rare at decode): load in place, into the
+          // buffer whose first tile is used up (it is refilled for the unit two ahead below)
           const int c = nt * 8 + g;
-          uint32_t b_more[16];
           load_activations(p.h + size_t(sorted[c < ntok ? first + c : first]) * p.inter + cur.inner * kDecodeChunkK + 32 * t,
-                           b_more);
-          mma_chunk(part, block.row0, block.row1, block.scales, lut, b_more);
+                           b_tile0);
         }
+        mma_chunk(part, block.row0, block.row1, block.scales, lut, b_tile0);
 #pragma unroll
         for (int qq = 0; qq < 2; ++qq) {
           const int col = nt * 8 + 2 * t + qq;
@@ -636,14 +683,20 @@ __global__ void __launch_bounds__(kGemm2Warps * 32) fused_gemm2_kernel(Gemm2Para
   }
 }
 
+using Gemm2Kernel = void (*)(Gemm2Params);
+Gemm2Kernel gemm2_kernel(int shape) {
+  FP4MOE_CHECK(shape >= 0 && shape < kGemm2ShapeCount, "fused decode: unknown launch-2 shape ", shape);
+  return shape == 0 ? fused_gemm2_kernel<0> : fused_gemm2_kernel<1>;
+}
+
 int tk_capacity(const MoeProblem& problem) { return static_cast<int>(kFusedDecodeMaxTokens * problem.top_k); }
 
-// Workspace carve: record (weights, touched, toff, sorted, num_touched) | h.
+// Workspace carve: record (weights, touched, toff, sorted, num_touched, ready, arrivals) | h.
 struct Workspace {
   RoutingRecord record;
   __nv_bfloat16* h;
 };
-size_t record_bytes(int tk_cap) { return align16(size_t(tk_cap) * 4 * 3 + size_t(tk_cap + 1) * 4 + 4) + 256; }
+size_t record_bytes(int tk_cap) { return align16(size_t(tk_cap) * 16 + 16) + 256; }  // carve: up to arrivals
 Workspace carve(void* workspace, int tk_cap) {
   char* base = static_cast<char*>(workspace);
   Workspace w{};
@@ -652,6 +705,8 @@ Workspace carve(void* workspace, int tk_cap) {
   w.record.sorted = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 8);
   w.record.toff = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 12);
   w.record.num_touched = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 16 + 4);
+  w.record.ready = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 16 + 8);
+  w.record.arrivals = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 16 + 12);
   w.h = reinterpret_cast<__nv_bfloat16*>(base + (record_bytes(tk_cap) + 255) / 256 * 256);
   return w;
 }
@@ -680,22 +735,36 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   FusedDecodePlan plan;
   const bool w4a4 = problem.activation_mode == ActivationMode::kW4A4;
   plan.gemm1_smem = gemm1_smem(static_cast<int>(problem.num_experts), tk_cap, w4a4 ? 2 : 1).total;
-  plan.gemm2_smem = gemm2_smem(tk_cap).total;
   int device = 0, optin = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // Launch 2's CTA shape (kGemm2Shapes): FP4MOE_FD_GEMM2_SHAPE (measurements, tests), else the default
+  // where its shared memory fits a block (10 warps need 105 KiB at Qwen3.5-397B's 640 slots, more than
+  // the 99 KiB of SM86/89/120 parts), else the 8-warp shape (95 KiB there).
+  const char* shape_env = std::getenv("FP4MOE_FD_GEMM2_SHAPE");
+  if (shape_env && shape_env[0] != '\0') {
+    FP4MOE_CHECK(shape_env[0] >= '0' && shape_env[0] < '0' + kGemm2ShapeCount && shape_env[1] == '\0',
+                 "FP4MOE_FD_GEMM2_SHAPE must be 0..", kGemm2ShapeCount - 1, ", not '", shape_env, "'");
+    plan.gemm2_shape = shape_env[0] - '0';
+  } else {
+    const bool fits = gemm2_smem(tk_cap, kGemm2Shapes[kFusedDecodeDefaultGemm2Shape]).total <= size_t(optin);
+    plan.gemm2_shape = fits ? kFusedDecodeDefaultGemm2Shape : 0;
+  }
+  const Gemm2Shape shape2 = kGemm2Shapes[plan.gemm2_shape];
+  const auto gemm2 = gemm2_kernel(plan.gemm2_shape);
+  plan.gemm2_smem = gemm2_smem(tk_cap, shape2).total;
   FP4MOE_CHECK(plan.gemm1_smem <= size_t(optin) && plan.gemm2_smem <= size_t(optin), "fused decode: needs ",
                std::max(plan.gemm1_smem, plan.gemm2_smem), " bytes of shared memory per block, the device allows ",
                optin);
   const auto gemm1 = w4a4 ? fused_gemm1_kernel<2> : fused_gemm1_kernel<1>;
   FP4MOE_CUDA_CHECK(
       cudaFuncSetAttribute(gemm1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.gemm1_smem)));
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(fused_gemm2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(plan.gemm2_smem)));
+  FP4MOE_CUDA_CHECK(
+      cudaFuncSetAttribute(gemm2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.gemm2_smem)));
   int occupancy1 = 0, occupancy2 = 0;
   FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy1, gemm1, kGemm1Warps * 32,
                                                                   plan.gemm1_smem));
-  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy2, fused_gemm2_kernel, kGemm2Warps * 32,
+  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy2, gemm2, shape2.warps * 32,
                                                                   plan.gemm2_smem));
   FP4MOE_CHECK(occupancy1 >= 1 && occupancy2 >= 1, "fused decode: the kernels cannot be resident on this device");
   // Persistent grid, every CTA resident. Items come in rounds over the grid: one token's 10 experts x 128
@@ -723,6 +792,7 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
   const int E = static_cast<int>(problem.num_experts), K = static_cast<int>(problem.top_k);
   const int tk_cap = tk_capacity(problem);
   const Workspace ws = carve(run.workspace, tk_cap);
+  const auto gemm2 = gemm2_kernel(plan.gemm2_shape);  // checks the shape index
   const auto* hidden = static_cast<const __nv_bfloat16*>(run.hidden);
   auto* out = static_cast<__nv_bfloat16*>(run.out);
   for (int64_t t0 = 0; t0 < run.tokens; t0 += kFusedDecodeMaxTokens) {
@@ -752,7 +822,7 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p2.out = out + t0 * H;
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(plan.gemm2_grid));
-    config.blockDim = dim3(kGemm2Warps * 32);
+    config.blockDim = dim3(static_cast<unsigned>(kGemm2Shapes[plan.gemm2_shape].warps * 32));  // index checked above
     config.dynamicSmemBytes = plan.gemm2_smem;
     config.stream = stream;
     cudaLaunchAttribute programmatic{};
@@ -760,7 +830,7 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     programmatic.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &programmatic;
     config.numAttrs = plan.programmatic_launch ? 1 : 0;
-    FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, fused_gemm2_kernel, p2));
+    FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, gemm2, p2));
   }
 }
 

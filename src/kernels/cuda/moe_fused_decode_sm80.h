@@ -6,7 +6,8 @@
 //             routing record that launch 2 reads.
 //   launch 2: one CTA per 16 output rows of H streams those rows of W2 for every touched expert, and
 //             adds weight * down_scale2 * (W2 row . h) per token in a fixed order: the combine is
-//             inside the GEMM, so the output is written once, without atomics.
+//             inside the GEMM, so the output is written once, without atomics. It reads the routing
+//             record once CTA 0 of launch 1 flags it and starts its W2 copies before waiting for h.
 // Weights: nvfp4_decode_layout.h. Deterministic, allocation-free, no host synchronization, capturable.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -31,6 +32,11 @@ struct FusedDecodeWeights {
   const float* w2_input_scale = nullptr;   // [E], W4A4 only
 };
 
+// Launch 2's CTA shapes (warps per CTA, ring stages; the table is in the .cu). plan_moe_fused_decode takes
+// kFusedDecodeDefaultGemm2Shape, or FP4MOE_FD_GEMM2_SHAPE=0..count-1 (read when planning; measurements, tests).
+inline constexpr int kFusedDecodeGemm2ShapeCount = 2;
+inline constexpr int kFusedDecodeDefaultGemm2Shape = 1;  // 10 warps per CTA
+
 // Launch configuration chosen once per device (grid sizes fixed so that runs can be captured).
 struct FusedDecodePlan {
   int gemm1_grid = 0;
@@ -38,6 +44,7 @@ struct FusedDecodePlan {
   size_t gemm1_smem = 0;
   size_t gemm2_smem = 0;
   bool programmatic_launch = false;  // SM90+: launch 2 overlaps launch 1's tail (programmatic dependent launch)
+  int gemm2_shape = kFusedDecodeDefaultGemm2Shape;  // launch 2's CTA shape (index into the kernel's table)
 };
 
 // Sets the kernels' shared-memory attributes on the current device and sizes the persistent grids.
