@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# tools/gpu/ab.sh: A/B timing of a change in ONE device call. The spread between processes (and machines)
+# is 2-6 %, so a change is only measured against the tree without it, built and timed in the same call,
+# with the runs interleaved (A B A B ...).
+#   A = this tree as copied to the machine; B = A with PATCH applied (`git diff main BRANCH > x.tmp.patch`
+#   here; the file travels because it is untracked and not ignored).
+# Why not git on the machine: its .git is a snapshot from when the session began, so `git checkout` or
+# `git show HEAD:` there yield old files; and copied files keep their modification times, so a file
+# rewritten there and later copied back older is not rebuilt. Each side therefore gets its own source copy
+# and build folder, and B's copy is made fresh from A's files every call (its build folder keeps its
+# objects: ninja sees B's patched files as new).
+# Usage, from the repository root on the device machine:
+#   tools/gpu/ab.sh PATCH "PRESET:TOKENS[:BACKEND]" ... e.g.
+#   tools/gpu/ab.sh regw.tmp.patch qwen3-235b-a22b:4096,16384:cuda.sm90.prefill.v1 qwen3.5-397b-a17b:1,4096:cuda.sm80.pipeline.v1
+# Environment: OUT (logs and JSON), AB_ROUNDS (default 2: A B A B), AB_TESTS (a ctest -R regex run on
+# both sides first, e.g. "CudaSm90|Backends"), AB_TARGETS (ninja targets; default fp4moe + the test
+# binaries). Prints one line per (side, round, preset, T) and the B/A time ratios.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+[ $# -ge 2 ] || { echo "usage: $0 PATCH PRESET:TOKENS[:BACKEND]..." >&2; exit 2; }
+patch_file=$(realpath "$1")
+shift
+[ -f "$patch_file" ] || { echo "ab.sh: no patch file $patch_file" >&2; exit 2; }
+[ -f .deps/unpack.sh ] && source .deps/unpack.sh
+out=${OUT:-$PWD/ab-out}
+mkdir -p "$out"
+rounds=${AB_ROUNDS:-2}
+targets=${AB_TARGETS:-fp4moe test_cuda_moe_kernels test_cuda_sm90_prefill}
+if ! ldconfig -p | grep -q 'libcublas.so.13'; then  # cuBLAS for the baseline: the toolkit's or PyTorch's
+  pylib=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${pylib:+:$pylib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+# B's sources: A's files (tracked and untracked, no build folders) with the patch applied.
+src_b=/tmp/fp4moe-ab-b
+rm -rf "$src_b" && mkdir -p "$src_b"
+tar --exclude='./build*' --exclude='./.git' --exclude='./ab-out' -cf - . | tar -xf - -C "$src_b"
+(cd "$src_b" && patch -p1 --quiet < "$patch_file") > "$out/patch.log" 2>&1 \
+  || { echo "ab.sh: the patch does not apply:"; cat "$out/patch.log"; exit 3; }
+
+build_side() {  # $1 = side, $2 = source folder
+  local build=$PWD/build-ab-$1
+  {
+    [ -f "$build/build.ninja" ] || cmake -S "$2" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFP4MOE_CUDA=ON \
+      -DFP4MOE_CUDA_ARCHS=90a -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 \
+      -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20
+    # shellcheck disable=SC2086
+    FP4MOE_GIT_COMMIT="ab-$1" ninja -C "$build" -j "$(nproc)" $targets
+  } > "$out/build-$1.log" 2>&1 || { echo "ab.sh: side $1 does not build:"; tail -30 "$out/build-$1.log"; exit 4; }
+}
+t0=$(date +%s)
+build_side a "$PWD"
+build_side b "$src_b"
+echo "built both sides in $(( $(date +%s) - t0 )) s"
+
+if [ -n "${AB_TESTS:-}" ]; then
+  for side in a b; do
+    (cd build-ab-$side && timeout 900 ctest -R "$AB_TESTS" --output-on-failure) > "$out/tests-$side.log" 2>&1
+    echo "tests side $side: rc=$? $(grep -E 'tests passed|tests failed' "$out/tests-$side.log" | tail -1)"
+  done
+fi
+
+for round in $(seq 1 "$rounds"); do
+  for side in a b; do
+    for spec in "$@"; do
+      IFS=: read -r preset tokens backend <<< "$spec"
+      json="$out/$side-r$round-$preset.json"
+      args=(bench moe --preset "$preset" --tokens "$tokens" --no-baseline --json "$json")
+      [ -n "$backend" ] && args+=(--backend "$backend")
+      timeout 300 "build-ab-$side/tools/fp4moe" "${args[@]}" > "$out/$side-r$round-$preset.log" 2>&1 \
+        || { echo "ab.sh: bench failed (side $side, $spec):"; tail -5 "$out/$side-r$round-$preset.log"; }
+    done
+  done
+done
+
+# Summary: per backend, preset and T, the median over rounds of each side and the ratio B/A.
+python3 - "$out" "$rounds" "$@" <<'EOF'
+import json, os, statistics, sys
+out, rounds, specs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+times = {}  # (side, preset, backend, T) -> [us]
+for side in "ab":
+    for r in range(1, rounds + 1):
+        for spec in specs:
+            preset = spec.split(":")[0]
+            path = os.path.join(out, f"{side}-r{r}-{preset}.json")
+            if not os.path.exists(path):
+                continue
+            report = json.load(open(path))
+            for backend in report["backends"]:
+                for point in backend.get("points", []):
+                    key = (side, preset, backend["id"], point["tokens"])
+                    times.setdefault(key, []).append(point["us_median"])
+print(f"{'preset':22} {'backend':28} {'T':>6} {'A us':>10} {'B us':>10} {'B/A':>7}")
+for (side, preset, backend, t) in sorted(k for k in times if k[0] == "a"):
+    a = statistics.median(times[("a", preset, backend, t)])
+    b_runs = times.get(("b", preset, backend, t))
+    b = statistics.median(b_runs) if b_runs else float("nan")
+    print(f"{preset:22} {backend:28} {t:>6} {a:>10.1f} {b:>10.1f} {b / a:>7.3f}")
+EOF
