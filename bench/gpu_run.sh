@@ -11,12 +11,7 @@ out=${OUT:-/tmp/fp4moe-out}
 mkdir -p "$out"
 exec > >(tee "$out/gpu-run.log") 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv || true
-# cuBLAS: the CUDA toolkit's, else the one the PyTorch wheels carry.
-if ! ldconfig -p | grep -q 'libcublas.so.13'; then
-  extra=/usr/local/cuda/lib64
-  pylib=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
-  export LD_LIBRARY_PATH=$extra${pylib:+:$pylib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+source tools/gpu/cublas_path.sh
 if ! "$build/tools/fp4moe" info; then
   echo "=== carried binaries do not run here; building (sm_90a) on this machine"
   [ -f .deps/unpack.sh ] && source .deps/unpack.sh

@@ -26,10 +26,7 @@ out=${OUT:-$PWD/ab-out}
 mkdir -p "$out"
 rounds=${AB_ROUNDS:-2}
 targets=${AB_TARGETS:-fp4moe test_cuda_moe_kernels test_cuda_sm90_prefill test_cuda_weight_layout}
-if ! ldconfig -p | grep -q 'libcublas.so.13'; then  # cuBLAS for the baseline: the toolkit's or PyTorch's
-  pylib=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
-  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${pylib:+:$pylib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+source tools/gpu/cublas_path.sh
 
 # B's sources: A's files (tracked and untracked, no build folders) with the patch applied.
 src_b=/tmp/fp4moe-ab-b
