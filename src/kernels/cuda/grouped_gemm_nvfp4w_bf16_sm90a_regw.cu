@@ -12,7 +12,8 @@
 // = `frags` 128-row N tiles; CTA c takes items c, c + grid, ... (static: deterministic, no atomics).
 // WG0 (setmaxnreg 40): one thread issues per K block the token tile's TMA and the bulk copies of the
 // unit's packed codes + E4M3 scales onto the stage's full barrier. WG1-2 (setmaxnreg 232): 64 or 128
-// weight rows each; per K block a 16-byte LDS + 8 table lookups per 64 rows -> 16 bf16x2 registers,
+// weight rows each; per K block a 16-byte LDS + 8 table lookups per 64 rows -> 16 bf16x2 registers
+// (decode_word: 11 integer operations per 4 bf16x2, then one HMUL2 each with the scale entry),
 // then 4 (or 8) wgmma m64nTk16 with fp32 accumulators; the epilogues are the sm80 ones, transposed.
 #include <cuda_bf16.h>
 
@@ -27,6 +28,7 @@
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/static_count.cuh"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm90a.h"
+#include "kernels/cuda/nvfp4_decode_layout.h"
 #include "kernels/cuda/nvfp4_device.cuh"
 #include "kernels/cuda/sm90a_async.cuh"
 #include "kernels/cuda/sm90a_wgmma.cuh"
@@ -35,7 +37,6 @@ namespace fp4moe {
 namespace {
 
 using sm80::bf16x2_mul;
-using sm80::nibble_pair;
 using sm80::scale_lut_entry;
 using namespace sm90a;  // NOLINT(google-build-using-namespace): the PTX wrappers of this kernel family
 
@@ -219,10 +220,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
     for (int fi = 0; fi < F; ++fi)
 #pragma unroll
       for (int s = 0; s < 4; ++s) {  // k16 step s = NVFP4 block s of the K block
-        f[fi][s][0] = bf16x2_mul(nibble_pair<0>(r[fi].words[s]), r[fi].lo[s]);
-        f[fi][s][1] = bf16x2_mul(nibble_pair<1>(r[fi].words[s]), r[fi].hi[s]);
-        f[fi][s][2] = bf16x2_mul(nibble_pair<2>(r[fi].words[s]), r[fi].lo[s]);
-        f[fi][s][3] = bf16x2_mul(nibble_pair<3>(r[fi].words[s]), r[fi].hi[s]);
+        uint32_t v[4];
+        decode_word(r[fi].words[s], v);
+        f[fi][s][0] = bf16x2_mul(v[0], r[fi].lo[s]);
+        f[fi][s][1] = bf16x2_mul(v[1], r[fi].hi[s]);
+        f[fi][s][2] = bf16x2_mul(v[2], r[fi].lo[s]);
+        f[fi][s][3] = bf16x2_mul(v[3], r[fi].hi[s]);
       }
   };
   auto fence_frags = [&](uint32_t (&f)[F][4][4]) {
@@ -465,7 +468,7 @@ void repack_nvfp4_for_sm90_regw(const Nvfp4View& m, std::span<const int64_t> sou
               const uint8_t* row = m.packed + src[grp * 16 + g + 8 * (pair & 1)] * K / 2;
               const int64_t k = kb * kBk + 16 * s + 8 * (pair >> 1) + 2 * t;  // even: one byte holds k, k + 1
               const uint32_t byte = row[k / 2];
-              word |= (byte & 0xFu) << (4 * pair) | (byte >> 4) << (4 * pair + 16);
+              word |= decode_word_code_bits(byte & 0xFu, pair, 0) | decode_word_code_bits(byte >> 4, pair, 1);
             }
             std::memcpy(packed + ((grp * 32 + lane) * 4 + s) * 4, &word, 4);  // little-endian word
           }

@@ -5,19 +5,13 @@
 #include "format/nvfp4.h"
 
 namespace fp4moe {
-namespace {
-
-// Places a 4-bit code as output k, half h of a layout word: magnitude bits to (6 + 16h + i) - mag shift,
-// the sign bit to (15 + 16h) - sign shift, so that decode_word's shifts bring them back.
-uint32_t place_code(uint32_t code, int k, int h) {
+uint32_t decode_word_code_bits(uint32_t code, int k, int h) {
   uint32_t bits = 0;
   for (int i = 0; i < 3; ++i)
     if ((code >> i) & 1u) bits |= 1u << (6 + 16 * h + i - kDecodeMagShift[k]);
   if (code & 8u) bits |= 1u << (15 + 16 * h - kDecodeSignShift[k]);
   return bits;
 }
-
-}  // namespace
 
 void repack_nvfp4_for_decode(const Nvfp4View& m, const std::vector<int64_t>& source_rows, uint8_t* out) {
   const int64_t N = m.rows, K = m.cols;
@@ -42,7 +36,7 @@ void repack_nvfp4_for_decode(const Nvfp4View& m, const std::vector<int64_t>& sou
         for (int j = 0; j < 4; ++j) {
           uint32_t word = 0;
           for (int k = 0; k < 4; ++k)
-            for (int h = 0; h < 2; ++h) word |= place_code(code(col0 + 8 * j + 2 * k + h), k, h);
+            for (int h = 0; h < 2; ++h) word |= decode_word_code_bits(code(col0 + 8 * j + 2 * k + h), k, h);
           uint8_t* dst = block + decode_code_offset(static_cast<int>(lane), static_cast<int>(half_row)) + 4 * j;
           for (int b = 0; b < 4; ++b) dst[b] = static_cast<uint8_t>(word >> (8 * b));
         }

@@ -59,6 +59,11 @@ FP4MOE_HOST_DEVICE inline void decode_word(uint32_t w, uint32_t (&out)[4]) {
   out[3] = ((w >> 3) & 0x01C001C0u) | ((w << 1) & 0x80008000u);
 }
 
+// The bits of a layout word that make decode_word's output k, half h (0: low, 1: high) the bf16 pattern
+// of 4-bit code `code` (e2m1 * 2^-126): the magnitude bits at (6 + 16h + i) - mag shift, the sign bit at
+// (15 + 16h) - sign shift, so that decode_word's shifts bring them back. Host repacks OR 8 of them.
+uint32_t decode_word_code_bits(uint32_t code, int k, int h);
+
 // Bytes of one repacked [N, K] matrix (the same as the input's codes + scales).
 inline int64_t decode_layout_bytes(int64_t n, int64_t k) { return n * k / 2 + n * k / 16; }
 

@@ -29,6 +29,7 @@
 #include "io/presets.h"
 #include "kernels/cpu/moe_reference.h"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm90a.h"
+#include "kernels/cuda/nvfp4_decode_layout.h"
 #include "kernels/cuda/moe_route_permute.h"
 #include "kernels/cuda/nvfp4_mma_layout.h"
 
@@ -300,10 +301,16 @@ TEST(CudaSm90PrefillGemm, RegwRepackLayoutMatchesTheFragmentFormula) {
       const uint8_t* blk = packed.data() + (nt * kb_count + kb) * 4096;
       uint32_t word = 0;
       std::memcpy(&word, blk + ((grp * 32 + lane) * 4 + s) * 4, 4);
-      const uint32_t code = (word >> (4 * pair + 16 * odd)) & 0xFu;
+      // The kernel's decode: register `pair` of the fragment, half `odd`, is the bf16 pattern of
+      // e2m1 * 2^-126 (magnitude bits 8:6, sign bit 15) of the checkpoint's code.
+      uint32_t out[4];
+      decode_word(word, out);
+      const uint32_t half_bits = (out[pair] >> (16 * odd)) & 0xFFFFu;
       const uint8_t byte = m.packed[static_cast<size_t>((src * K + k) / 2)];
       const uint32_t want = (k & 1) ? byte >> 4 : byte & 0xFu;
-      if (code != want && bad++ < 5) ADD_FAILURE() << "row " << r << " k " << k << ": code " << code << " want " << want;
+      const uint32_t want_bits = ((want & 7u) << 6) | ((want & 8u) << 12);
+      if (half_bits != want_bits && bad++ < 5)
+        ADD_FAILURE() << "row " << r << " k " << k << ": decoded bits " << half_bits << " want " << want_bits << " (code " << want << ")";
       const uint8_t sc = scales[static_cast<size_t>((nt * kb_count + kb) * 512 + n * 4 + s)];
       if (k % 16 == 0 && sc != m.scales[static_cast<size_t>((src * K + k) / 16)] && bad++ < 5)
         ADD_FAILURE() << "row " << r << " k " << k << ": scale code " << int(sc);
