@@ -27,6 +27,7 @@
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/static_count.cuh"
+#include "kernels/cuda/nvfp4_decode_layout.h"
 #include "kernels/cuda/nvfp4_device.cuh"
 
 namespace fp4moe {
@@ -37,7 +38,6 @@ using sm80::cp_async16;
 using sm80::cp_async_commit;
 using sm80::cp_async_wait;
 using sm80::mma_bf16;
-using sm80::nibble_pair;
 using sm80::nvfp4_qdq_h_quad_blocks;
 using sm80::scale_lut_entry;
 using sm80::smem_addr;
@@ -265,8 +265,10 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
             const uint32_t word = (s / 2 == 0) ? wq[nt].x : (s / 2 == 1) ? wq[nt].y : (s / 2 == 2) ? wq[nt].z : wq[nt].w;
             const uint32_t codes = (s < 4) ? sc[nt].x : sc[nt].y;
             const uint32_t scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
-            const uint32_t b0 = bf16x2_mul((s & 1) ? nibble_pair<2>(word) : nibble_pair<0>(word), scale);
-            const uint32_t b1 = bf16x2_mul((s & 1) ? nibble_pair<3>(word) : nibble_pair<1>(word), scale);
+            uint32_t v[4];  // the step uses two of the word's outputs; the other two are not computed here
+            decode_word(word, v);
+            const uint32_t b0 = bf16x2_mul((s & 1) ? v[2] : v[0], scale);
+            const uint32_t b1 = bf16x2_mul((s & 1) ? v[3] : v[1], scale);
 #pragma unroll
             for (int mt = 0; mt < AM; ++mt) mma_bf16(acc[mt][nt], a[mt], b0, b1);
           }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "kernels/cuda/nvfp4_decode_layout.h"
 
 namespace fp4moe {
 
@@ -28,8 +29,9 @@ void repack_nvfp4_for_mma(const Nvfp4View& m, std::span<const int64_t> source_ro
       for (int t = 0; t < 4; ++t) {
         for (int j = 0; j < 4; ++j) {
           const int64_t k = k0 + 32 * j + 2 * t;
-          const uint32_t word = code(k) | code(k + 8) << 4 | code(k + 16) << 8 | code(k + 24) << 12 |
-                                code(k + 1) << 16 | code(k + 9) << 20 | code(k + 17) << 24 | code(k + 25) << 28;
+          uint32_t word = 0;  // pair p = (k + 8p, k + 8p + 1) is decode_word's output p
+          for (int p = 0; p < 4; ++p)
+            word |= decode_word_code_bits(code(k + 8 * p), p, 0) | decode_word_code_bits(code(k + 8 * p + 1), p, 1);
           std::memcpy(tile + (4 * g + t) * 16 + 4 * j, &word, 4);  // little-endian word
         }
       }

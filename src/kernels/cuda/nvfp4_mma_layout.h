@@ -4,12 +4,13 @@
 // and one k step is exactly one NVFP4 block, so one 16-byte load per lane should deliver 8 k steps.
 //
 // packed: [N/8][K/128][32 lanes][4 words]; lane = 4g + t holds row n = 8*nb + g; word j covers the k
-//   steps 2j and 2j+1 of the 128-wide chunk; nibble i of the word (bits 4i..4i+3):
-//     nib0 = W[n][32j + 2t]      nib4 = W[n][32j + 2t + 1]      (b0 of step 2j)
-//     nib1 = W[n][32j + 2t + 8]  nib5 = W[n][32j + 2t + 9]      (b1 of step 2j)
-//     nib2 = W[n][32j+16 + 2t]   nib6 = W[n][32j+16 + 2t + 1]   (b0 of step 2j+1)
-//     nib3 = W[n][32j+16 + 2t+8] nib7 = W[n][32j+16 + 2t + 9]   (b1 of step 2j+1)
-//   so pair p = (nib p, nib p+4) sits at the same offset in both 16-bit halves: a bf16x2 in 3 ops.
+//   steps 2j and 2j+1 of the 128-wide chunk, as the 4 bf16x2 outputs of decode_word
+//   (nvfp4_decode_layout.h: the codes placed so that they come out in 11 integer operations):
+//     out0 = W[n][32j + 2t],      W[n][32j + 2t + 1]       (b0 of step 2j)
+//     out1 = W[n][32j + 2t + 8],  W[n][32j + 2t + 9]       (b1 of step 2j)
+//     out2 = W[n][32j+16 + 2t],   W[n][32j+16 + 2t + 1]    (b0 of step 2j+1)
+//     out3 = W[n][32j+16 + 2t+8], W[n][32j+16 + 2t + 9]    (b1 of step 2j+1)
+//   each half the bf16 pattern of e2m1 * 2^-126 (the scale table folds 2^126 back).
 //   One (nb, chunk) is 512 contiguous bytes: a warp's 16-byte loads are perfectly coalesced.
 // scales: [N/8][K/128][8 rows g][8 steps] E4M3 codes (64 bytes per (nb, chunk)).
 // rows: an optional row order; GEMM1 interleaves gate and up by 8 rows ([gate 8j..8j+7, up 8j..8j+7])

@@ -1,10 +1,12 @@
 // The sm80 GEMM weight layout (kernels/cuda/nvfp4_mma_layout.h), host side: decoding the repacked
-// bytes with the documented lane/word/nibble formula gives back every original code and scale, and
+// words with the kernel's decode_word at the documented lane/word/output gives back every original
+// code (as the bf16 pattern of e2m1 * 2^-126) and scale, and
 // the gate/up interleave puts matching rows side by side.
 #include <gtest/gtest.h>
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "kernels/cuda/nvfp4_decode_layout.h"
 #include "kernels/cuda/nvfp4_mma_layout.h"
 
 namespace fp4moe {
@@ -29,13 +31,17 @@ TEST(Nvfp4MmaLayout, RepackedNibblesFollowTheFragmentFormula) {
         for (int j = 0; j < 4; ++j) {
           const uint8_t* w = out.data() + (nb * chunks + kc) * 512 + (4 * g + t) * 16 + 4 * j;
           const uint32_t word = w[0] | w[1] << 8 | w[2] << 16 | static_cast<uint32_t>(w[3]) << 24;
+          uint32_t decoded[4];  // as the kernel decodes the word: out 2*step + i is b_i of step 2j + step
+          decode_word(word, decoded);
           for (int step = 0; step < 2; ++step) {
             const int64_t base = kc * 128 + 32 * j + 16 * step + 2 * t;
-            const int64_t ks[4] = {base, base + 1, base + 8, base + 9};     // b0.lo, b0.hi, b1.lo, b1.hi
-            const int nibbles[4] = {2 * step, 2 * step + 4, 2 * step + 1, 2 * step + 5};
-            for (int q = 0; q < 4; ++q)
-              ASSERT_EQ((word >> (4 * nibbles[q])) & 0xF, nvfp4_code_at(view, src, ks[q]))
-                  << "row " << r << " k " << ks[q];
+            const int64_t ks[4] = {base, base + 1, base + 8, base + 9};  // b0.lo, b0.hi, b1.lo, b1.hi
+            for (int q = 0; q < 4; ++q) {
+              const uint32_t half = (decoded[2 * step + q / 2] >> (16 * (q % 2))) & 0xFFFFu;
+              const uint32_t code = nvfp4_code_at(view, src, ks[q]);
+              // bf16 bits of e2m1 * 2^-126: magnitude at bits 8:6, sign at bit 15
+              ASSERT_EQ(half, ((code & 7u) << 6) | ((code & 8u) << 12)) << "row " << r << " k " << ks[q];
+            }
           }
         }
         for (int s = 0; s < 8; ++s)
