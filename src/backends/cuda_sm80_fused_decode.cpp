@@ -2,6 +2,7 @@
 // weights (parallel over experts), uploads them and plans the persistent grids; run() only launches.
 #include "backends/cuda_sm80_fused_decode.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,18 +38,20 @@ class PreparedFusedDecode final : public PreparedMoe {
     const size_t w13_in = static_cast<size_t>(2 * I * H / 2), w13_sin = static_cast<size_t>(2 * I * H / 16);
     const size_t w13_out = static_cast<size_t>(decode_layout_bytes(2 * I, H));
     const size_t w2_out = static_cast<size_t>(decode_layout_bytes(H, I));
-    std::vector<uint8_t> w13(w13_out * E), w2(w2_out * E);
+    // Not value-initialized: the repack writes every byte (see upload_repacked_expert_weights).
+    const auto w13 = std::make_unique_for_overwrite<uint8_t[]>(w13_out * E);
+    const auto w2 = std::make_unique_for_overwrite<uint8_t[]>(w2_out * E);
     const std::vector<int64_t> interleave = gate_up_interleaved_rows(I);  // 16-row tiles = [gate 8 | up 8]
     parallel_for(E, [&](int64_t begin, int64_t end) {
       for (int64_t e = begin; e < end; ++e) {
         const Nvfp4View w13_view{weights.w13_packed.data() + e * w13_in, weights.w13_scales.data() + e * w13_sin, 1.0f,
                                  2 * I, H};
-        repack_nvfp4_for_decode(w13_view, interleave, w13.data() + e * w13_out);
-        repack_nvfp4_for_decode(weights.down(e), {}, w2.data() + e * w2_out);
+        repack_nvfp4_for_decode(w13_view, interleave, w13.get() + e * w13_out);
+        repack_nvfp4_for_decode(weights.down(e), {}, w2.get() + e * w2_out);
       }
     });
-    w13_ = DeviceBuffer::from_host(w13);
-    w2_ = DeviceBuffer::from_host(w2);
+    w13_ = DeviceBuffer::from_host(w13.get(), w13_out * E);
+    w2_ = DeviceBuffer::from_host(w2.get(), w2_out * E);
     scales_ = upload_tensor_scales(weights);
     workspace_bytes_ = moe_fused_decode_workspace_bytes(problem);
   }

@@ -467,8 +467,7 @@ void repack_nvfp4_for_sm90_regw(const Nvfp4View& m, std::span<const int64_t> sou
             for (int pair = 0; pair < 4; ++pair) {
               const uint8_t* row = m.packed + src[grp * 16 + g + 8 * (pair & 1)] * K / 2;
               const int64_t k = kb * kBk + 16 * s + 8 * (pair >> 1) + 2 * t;  // even: one byte holds k, k + 1
-              const uint32_t byte = row[k / 2];
-              word |= decode_word_code_bits(byte & 0xFu, pair, 0) | decode_word_code_bits(byte >> 4, pair, 1);
+              word |= kDecodeWordByteBits.bits[pair][row[k / 2]];
             }
             std::memcpy(packed + ((grp * 32 + lane) * 4 + s) * 4, &word, 4);  // little-endian word
           }

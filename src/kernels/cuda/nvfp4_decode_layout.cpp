@@ -5,14 +5,6 @@
 #include "format/nvfp4.h"
 
 namespace fp4moe {
-uint32_t decode_word_code_bits(uint32_t code, int k, int h) {
-  uint32_t bits = 0;
-  for (int i = 0; i < 3; ++i)
-    if ((code >> i) & 1u) bits |= 1u << (6 + 16 * h + i - kDecodeMagShift[k]);
-  if (code & 8u) bits |= 1u << (15 + 16 * h - kDecodeSignShift[k]);
-  return bits;
-}
-
 void repack_nvfp4_for_decode(const Nvfp4View& m, const std::vector<int64_t>& source_rows, uint8_t* out) {
   const int64_t N = m.rows, K = m.cols;
   FP4MOE_CHECK(K > 0 && K % kDecodeChunkK == 0, "repack_nvfp4_for_decode: K (", K, ") must be a positive multiple of ",
@@ -27,7 +19,6 @@ void repack_nvfp4_for_decode(const Nvfp4View& m, const std::vector<int64_t>& sou
     FP4MOE_CHECK(src >= 0 && src < N, "repack_nvfp4_for_decode: source row ", src, " out of [0, ", N, ")");
     const uint8_t* row = m.packed + src * K / 2;
     const uint8_t* srow = m.scales + src * K / 16;
-    auto code = [row](int64_t k) -> uint32_t { return (k & 1) ? (row[k / 2] >> 4) : (row[k / 2] & 0xFu); };
     const int64_t tile = r / kDecodeTileRows, g = r % 8, half_row = (r % kDecodeTileRows) / 8;
     for (int64_t kc = 0; kc < chunks; ++kc) {
       uint8_t* block = out + (tile * chunks + kc) * kDecodeBlockBytes;
@@ -35,8 +26,7 @@ void repack_nvfp4_for_decode(const Nvfp4View& m, const std::vector<int64_t>& sou
         const int64_t lane = 4 * g + t, col0 = kc * kDecodeChunkK + 32 * t;
         for (int j = 0; j < 4; ++j) {
           uint32_t word = 0;
-          for (int k = 0; k < 4; ++k)
-            for (int h = 0; h < 2; ++h) word |= decode_word_code_bits(code(col0 + 8 * j + 2 * k + h), k, h);
+          for (int k = 0; k < 4; ++k) word |= kDecodeWordByteBits.bits[k][row[(col0 + 8 * j + 2 * k) / 2]];  // col0 even
           uint8_t* dst = block + decode_code_offset(static_cast<int>(lane), static_cast<int>(half_row)) + 4 * j;
           for (int b = 0; b < 4; ++b) dst[b] = static_cast<uint8_t>(word >> (8 * b));
         }

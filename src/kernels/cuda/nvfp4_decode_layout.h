@@ -62,7 +62,27 @@ FP4MOE_HOST_DEVICE inline void decode_word(uint32_t w, uint32_t (&out)[4]) {
 // The bits of a layout word that make decode_word's output k, half h (0: low, 1: high) the bf16 pattern
 // of 4-bit code `code` (e2m1 * 2^-126): the magnitude bits at (6 + 16h + i) - mag shift, the sign bit at
 // (15 + 16h) - sign shift, so that decode_word's shifts bring them back. Host repacks OR 8 of them.
-uint32_t decode_word_code_bits(uint32_t code, int k, int h);
+constexpr uint32_t decode_word_code_bits(uint32_t code, int k, int h) {
+  uint32_t bits = 0;
+  for (int i = 0; i < 3; ++i)
+    if ((code >> i) & 1u) bits |= 1u << (6 + 16 * h + i - kDecodeMagShift[k]);
+  if (code & 8u) bits |= 1u << (15 + 16 * h - kDecodeSignShift[k]);
+  return bits;
+}
+
+// The same for both codes of one packed byte (low nibble: half 0, high nibble: half 1), as a table: the
+// host repacks place ~3.6 G codes per weight set of Qwen3.5-397B, and a lookup per byte is what keeps
+// that from being the slow part of loading (a call per code took ~13 s per layer-set on 16 cores).
+struct DecodeWordByteBits {
+  uint32_t bits[4][256];
+};
+constexpr DecodeWordByteBits make_decode_word_byte_bits() {
+  DecodeWordByteBits t{};
+  for (int k = 0; k < 4; ++k)
+    for (uint32_t b = 0; b < 256; ++b) t.bits[k][b] = decode_word_code_bits(b & 0xFu, k, 0) | decode_word_code_bits(b >> 4, k, 1);
+  return t;
+}
+inline constexpr DecodeWordByteBits kDecodeWordByteBits = make_decode_word_byte_bits();
 
 // Bytes of one repacked [N, K] matrix (the same as the input's codes + scales).
 inline int64_t decode_layout_bytes(int64_t n, int64_t k) { return n * k / 2 + n * k / 16; }

@@ -22,16 +22,14 @@ void repack_nvfp4_for_mma(const Nvfp4View& m, std::span<const int64_t> source_ro
     const uint8_t* row = m.packed + src * K / 2;
     const uint8_t* srow = m.scales + src * K / 16;
     const int64_t nb = r / kMmaRowGroup, g = r % kMmaRowGroup;
-    auto code = [row](int64_t k) -> uint32_t { return (k & 1) ? (row[k / 2] >> 4) : (row[k / 2] & 0xF); };
     for (int64_t kc = 0; kc < chunks; ++kc) {
       uint8_t* tile = packed_out + (nb * chunks + kc) * 512;
       const int64_t k0 = kc * kMmaChunkK;
       for (int t = 0; t < 4; ++t) {
         for (int j = 0; j < 4; ++j) {
           const int64_t k = k0 + 32 * j + 2 * t;
-          uint32_t word = 0;  // pair p = (k + 8p, k + 8p + 1) is decode_word's output p
-          for (int p = 0; p < 4; ++p)
-            word |= decode_word_code_bits(code(k + 8 * p), p, 0) | decode_word_code_bits(code(k + 8 * p + 1), p, 1);
+          uint32_t word = 0;  // pair p = (k + 8p, k + 8p + 1), one byte as k is even, is decode_word's output p
+          for (int p = 0; p < 4; ++p) word |= kDecodeWordByteBits.bits[p][row[(k + 8 * p) / 2]];
           std::memcpy(tile + (4 * g + t) * 16 + 4 * j, &word, 4);  // little-endian word
         }
       }

@@ -38,11 +38,14 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
 
   // Synchronous helpers for set-up and tests (not for the hot path).
+  static DeviceBuffer from_host(const void* host, size_t bytes) {
+    DeviceBuffer buffer(bytes);
+    if (bytes > 0) FP4MOE_CUDA_CHECK(cudaMemcpy(buffer.get(), host, bytes, cudaMemcpyHostToDevice));
+    return buffer;
+  }
   template <typename T>
   static DeviceBuffer from_host(const std::vector<T>& host) {
-    DeviceBuffer buffer(host.size() * sizeof(T));
-    if (!host.empty()) FP4MOE_CUDA_CHECK(cudaMemcpy(buffer.get(), host.data(), buffer.bytes(), cudaMemcpyHostToDevice));
-    return buffer;
+    return from_host(host.data(), host.size() * sizeof(T));
   }
   template <typename T>
   std::vector<T> to_host() const {
