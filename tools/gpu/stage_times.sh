@@ -20,7 +20,7 @@ for cache in all none; do
   # Only the MoE stages' kernels (not the ceilings' copies and GEMMs) are counted; the first four
   # layers' worth (warm-up) are skipped, then `layers` layers of up to 8 kernels each are profiled.
   timeout 300 ncu --csv --clock-control none --cache-control "$cache" --metrics gpu__time_duration.sum \
-    -k "regex:${STAGE_KERNELS:-route|align|gather|grouped|reduce|combine|fused|regw|sm90|swiglu}" \
+    -k "regex:${STAGE_KERNELS:-route_kernel|align|gather_kernel|grouped_gemm_kernel|reduce_splits|combine_kernel|fused_gemm|sm90_regw|sm90_grouped|swiglu_kernel}" \
     --launch-skip 32 --launch-count $((8 * layers)) \
     "$build/tools/fp4moe" bench moe --preset "$preset" --tokens "$tokens" --backend "$backend" --no-baseline \
     --weight-sets 2 --repeats 20 > "$csv" 2> "$csv.log"
@@ -41,11 +41,14 @@ times, order = {}, []
 for r in rows[1:]:
     if r[col["Metric Name"]] != "gpu__time_duration.sum":
         continue
-    kernel = r[col["Kernel Name"]].replace("(anonymous namespace)::", "").removeprefix("void ")
+    kernel = r[col["Kernel Name"]].replace("(anonymous namespace)::", "").replace("<unnamed>::", "").removeprefix("void ")
     grid = r[col["Grid Size"]] if "Grid Size" in col else ""
     name = kernel.split("(")[0].split("::")[-1][:48] + " " + grid
     value = float(r[col["Metric Value"]].replace(",", ""))
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r[col["Metric Unit"]], 1.0)
+    unit = r[col["Metric Unit"]]
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}.get(unit)
+    if scale is None:
+        sys.exit(f"cache-control {cache}: unknown time unit {unit!r} in {path}")
     if name not in times:
         order.append(name)
     times.setdefault(name, []).append(value * scale)

@@ -3,9 +3,11 @@
 // pre-activation scores (raw logits, or fp32(sigmoid) + bias for sigmoid_grouped_topk), ties to the
 // lower expert index, weights in double rounded once to fp32: the steps of routing_reference.cpp, so
 // the ids match the CPU reference exactly. Requires E <= 1024 (32 lane-strided experts per lane) and
-// K <= 32. The top-k rounds compare one 64-bit key per candidate (selection_key): branch-free, so a
-// round costs a few instructions per expert and five shuffles (the compare-and-branch version took
-// ~16 us for one token of Qwen3.5-397B in Nsight Compute, most of the pipeline's route stage).
+// K <= 32. Each lane keeps its experts' ordered score bits in registers; a top-k round is a tree max
+// over them (depth 5) and two warp reductions (redux.sync: the max bits, then the lowest expert index
+// holding them). Why: one warp routes a token, with nothing to hide latency behind; the earlier rounds
+// (a 64-bit key rebuilt from shared memory per expert, five 64-bit shuffle steps) took ~11 us of the
+// ~14 us route kernel for one token of Qwen3.5-397B in Nsight Compute, ahead of every weight byte.
 #pragma once
 #include <cstdint>
 
@@ -32,15 +34,21 @@ struct RouteParams {  // logits/bias: device; ids/weights: the routing kernel's 
   bool renormalize;
 };
 
-// Selection key of candidate (score, index): a larger key is a better candidate, with the CPU
-// reference's order on finite scores (higher score; equal scores, -0 == +0 included, to the lower index). NaN
-// keys sort below every number but above 0, which means "no candidate". index < 2^31 - 1.
-__device__ __forceinline__ uint64_t selection_key(float score, int index) {
+inline constexpr int kExpertsPerLane = kMaxExperts / 32;
+
+// A score's ordered bits: a larger value is a better score in the CPU reference's order on finite
+// scores (-0 == +0). NaN maps to 1: below -inf (0x007FFFFF) but still a candidate, as in the reference;
+// 0 means "no candidate" (excluded, or past E). Only negative NaNs would otherwise land below -inf.
+__device__ __forceinline__ uint32_t ordered_score_bits(float score) {
   uint32_t bits = __float_as_uint(score);
-  if (bits == 0x80000000u) bits = 0;                           // -0 ties with +0, as the float compare
-  bits = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;     // unsigned order = float order
-  if (score != score) bits = 0;                                 // NaN: below -inf
-  return (static_cast<uint64_t>(bits) << 32) | (0xFFFFFFFEu - static_cast<uint32_t>(index));
+  if (bits == 0x80000000u) bits = 0;                        // -0 ties with +0, as the float compare
+  bits = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;  // unsigned order = float order
+  return score != score ? 1u : bits;
+}
+
+// Selection key of candidate (score, index): ordered bits, then the lower index. index < 2^31 - 1.
+__device__ __forceinline__ uint64_t selection_key(float score, int index) {
+  return (static_cast<uint64_t>(ordered_score_bits(score)) << 32) | (0xFFFFFFFEu - static_cast<uint32_t>(index));
 }
 
 __device__ __forceinline__ int selection_index(uint64_t key) {
@@ -78,8 +86,16 @@ __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t t
   const int E = p.num_experts;
   const float* row = p.logits + token * E;
   const bool sigmoid = p.method == static_cast<int>(RoutingMethod::kSigmoidGroupedTopk);
+  // The logits first, all loads in flight together (a load-use loop would wait one memory latency per
+  // few experts), staged in `value`.
+  float logits[kExpertsPerLane];
+#pragma unroll
+  for (int j = 0; j < kExpertsPerLane; ++j) logits[j] = lane + 32 * j < E ? row[lane + 32 * j] : 0.0f;
+#pragma unroll
+  for (int j = 0; j < kExpertsPerLane; ++j)
+    if (lane + 32 * j < E) value[lane + 32 * j] = logits[j];
   for (int e = lane; e < E; e += 32) {
-    const float l = row[e];
+    const float l = value[e];
     if (sigmoid) {
       // Sigmoid in double, rounded once (as route_reference): identical selection scores.
       const float s = static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(l))));
@@ -91,10 +107,18 @@ __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t t
     }
   }
   __syncwarp();
+  // This lane's experts' ordered bits, in registers (fully unrolled: static indices): bits[j] is
+  // expert lane + 32 j, 0 past E.
+  uint32_t bits[kExpertsPerLane];
+#pragma unroll
+  for (int j = 0; j < kExpertsPerLane; ++j) bits[j] = lane + 32 * j < E ? ordered_score_bits(score[lane + 32 * j]) : 0u;
 
   // Group restriction (sigmoid_grouped_topk): keep the topk_group groups with the largest sum of their
-  // top-2 selection scores; experts of other groups are excluded (mask in `excluded`, lane-strided bits).
-  uint32_t excluded = 0;  // bit j: expert lane + 32 j is out of the selection
+  // top-2 selection scores; the other groups' experts leave the selection (their bits become 0).
+  // Bit j of `out`: expert lane + 32 j has left the selection (a group not kept, or already selected).
+  // A mask rather than zeroing bits[j]: the compiler turns a store at the winner's j into a dynamically
+  // indexed store and moves bits[] to local memory.
+  uint32_t out = 0;
   if (sigmoid && p.n_group > 1) {
     const int group_size = E / p.n_group;
     uint64_t group_key = 0;  // lane g < n_group: group g's (top-2 sum, g)
@@ -113,31 +137,35 @@ __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t t
       const int best_group = selection_index(warp_max_key((kept_groups >> lane) & 1u ? 0 : group_key));
       if (best_group >= 0) kept_groups |= 1u << best_group;
     }
-    for (int j = 0; lane + 32 * j < E; ++j) {
-      const int group = (lane + 32 * j) / group_size;
-      if (!((kept_groups >> group) & 1u)) excluded |= 1u << j;
-    }
+    for (int j = 0; lane + 32 * j < E; ++j)
+      if (!((kept_groups >> ((lane + 32 * j) / group_size)) & 1u)) out |= 1u << j;
   }
 
-  // Top-k: K rounds of a warp max over the lane-strided experts' keys. Four running maxima per lane
-  // keep the compares independent (the max of keys is associative: any order gives the same key).
+  // Top-k: K rounds. A lane's best is a tree max over its bits (lower j, the lower expert, wins ties);
+  // the warp's is the max bits, then the lowest expert index among the lanes holding them.
   int my_id = -1;  // lane k < K keeps slot k
-  const int per_lane = (E - lane + 31) / 32;  // experts lane, lane + 32, ... below E
   for (int k = 0; k < p.top_k; ++k) {
-    uint64_t best[4] = {0, 0, 0, 0};
-    for (int j0 = 0; j0 < per_lane; j0 += 4) {
+    uint32_t best_bits[kExpertsPerLane];
+    int best_j[kExpertsPerLane];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int j = j0 + q, e = lane + 32 * j;
-        const uint64_t key = j < per_lane && !((excluded >> j) & 1u) ? selection_key(score[e], e) : 0;
-        best[q] = key > best[q] ? key : best[q];
+    for (int j = 0; j < kExpertsPerLane; ++j) best_bits[j] = (out >> j) & 1u ? 0u : bits[j], best_j[j] = j;
+    // Level `stride`: slot j (a multiple of 2 stride) takes the better of j and j + stride, so slot j
+    // always stands for j's experts [j, j + 2 stride), and a strict compare keeps the lower j on ties.
+#pragma unroll
+    for (int stride = 1; stride < kExpertsPerLane; stride *= 2) {
+#pragma unroll
+      for (int j = 0; j + stride < kExpertsPerLane; j += 2 * stride) {
+        const bool upper = best_bits[j + stride] > best_bits[j];
+        best_bits[j] = upper ? best_bits[j + stride] : best_bits[j];
+        best_j[j] = upper ? best_j[j + stride] : best_j[j];
       }
     }
-    best[0] = best[0] > best[1] ? best[0] : best[1];
-    best[2] = best[2] > best[3] ? best[2] : best[3];
-    const int best_index = selection_index(warp_max_key(best[0] > best[2] ? best[0] : best[2]));
-    if (best_index >= 0 && (best_index % 32) == lane) excluded |= 1u << (best_index / 32);
+    const uint32_t top = __reduce_max_sync(0xFFFFFFFFu, best_bits[0]);
+    const uint32_t index =
+        __reduce_min_sync(0xFFFFFFFFu, best_bits[0] == top ? static_cast<uint32_t>(lane + 32 * best_j[0]) : 0xFFFFFFFFu);
+    const int best_index = top == 0 ? -1 : static_cast<int>(index);
     if (lane == k) my_id = best_index;
+    if (best_index >= 0 && best_index % 32 == lane) out |= 1u << best_j[0];
   }
   const float my_value = my_id >= 0 ? value[my_id] : 0.0f;
   const float first_value = __shfl_sync(0xFFFFFFFFu, my_value, 0);  // slot 0's value
