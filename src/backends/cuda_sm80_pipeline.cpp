@@ -40,6 +40,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
                  "cuda.sm80.pipeline: max_tokens ", max_tokens, " is too large for the M-tile grid");
     FP4MOE_CUDA_CHECK(cudaSetDevice(device_));
     configure_grouped_gemm_kernels();
+    decode_wave_ctas_ = grouped_gemm_decode_wave_ctas(device_);
 
     weights_ = upload_repacked_expert_weights(weights, repack_nvfp4_for_mma);
   }
@@ -57,6 +58,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
                           g.route = run.route;
                           g.num_experts = E;
                           g.max_tiles = moe_max_tiles(run.tokens, K, E, run.tile_m);
+                          g.decode_wave_ctas = decode_wave_ctas_;
                           g.rows = run.tokens * K;
                           g.split_workspace = static_cast<float*>(run.extra);
                           launch_grouped_gemm_nvfp4w_bf16(g, gemm.epilogue, run.tile_m, run.stream);
@@ -68,6 +70,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
   int64_t max_tokens_;
   int device_;
   bool large_tile_ok_ = false;
+  int decode_wave_ctas_ = 0;  // split-K sizing: SMs x resident decode CTAs (grouped_gemm_decode_wave_ctas)
   PipelineWorkspace workspace_;
   DeviceExpertWeights weights_;
 };

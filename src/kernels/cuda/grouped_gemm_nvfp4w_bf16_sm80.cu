@@ -481,16 +481,33 @@ size_t grouped_gemm_smem_bytes(int tile_m) {
   return bytes;
 }
 
-int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m) {
+int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m, int64_t wave_ctas) {
+  FP4MOE_CHECK(wave_ctas > 0, "grouped_gemm_k_splits: wave_ctas must be > 0 (grouped_gemm_decode_wave_ctas), got ",
+               wave_ctas);
   if (tile_m != kConfigs[0].bm || rows > kSplitMaxRows || rows <= 0) return 1;
-  // The most splits that keep the one-warp CTAs within one wave of an H100/H200-class GPU (132 SMs x
-  // 16 resident CTAs), >= 2 chunks per split. Measured (H200, E=512, T=1..16): a second, partial wave
-  // costs more than the split saves (GEMM1 at T=1: 3 splits 39 us, 4 splits 44 us, 1 split 42 us;
-  // GEMM2 at T=1 and everything from T=2 on is fastest unsplit).
-  constexpr int64_t kWaveCtas = 132 * kConfigs[0].min_blocks;
+  // The most splits that keep the one-warp CTAs within one wave of the device, >= 2 chunks per split.
+  // Measured (H200, 132 x 16 CTAs, E=512, T=1..16): a second, partial wave costs more than the split
+  // saves (GEMM1 at T=1: 3 splits 39 us, 4 splits 44 us, 1 split 42 us; GEMM2 at T=1 and everything
+  // from T=2 on is fastest unsplit).
   const int64_t warps = (n / kConfigs[0].bn) * std::min<int64_t>(num_experts, rows);
-  const int64_t splits = std::min<int64_t>(kWaveCtas / warps, std::min<int64_t>(kMaxKSplits, (k / kChunkK) / 2));
+  const int64_t splits = std::min<int64_t>(wave_ctas / warps, std::min<int64_t>(kMaxKSplits, (k / kChunkK) / 2));
   return static_cast<int>(std::max<int64_t>(1, splits));
+}
+
+int grouped_gemm_decode_wave_ctas(int device) {
+  int sms = 0, per_sm = 0;
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int current = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&current));
+  FP4MOE_CUDA_CHECK(cudaSetDevice(device));
+  // The partial-sum instance is the one the split launches; its residency is the decode tile's.
+  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, grouped_gemm_kernel<0, GemmEpilogue::kPartialFp32>, kConfigs[0].warps_m * kConfigs[0].warps_n * 32,
+      smem_bytes(kConfigs[0]));
+  FP4MOE_CUDA_CHECK(cudaSetDevice(current));
+  FP4MOE_CUDA_CHECK(err);
+  FP4MOE_CHECK(sms > 0 && per_sm > 0, "grouped GEMM: the decode tile does not fit an SM of device ", device);
+  return sms * per_sm;
 }
 
 size_t grouped_gemm_split_workspace_bytes(int64_t max_n) {
@@ -535,7 +552,7 @@ void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue e
                kSplitMaxRows);
   const int splits = args.k_splits > 0 ? args.k_splits
                      : args.split_workspace
-                         ? grouped_gemm_k_splits(args.n, args.k, args.rows, args.num_experts, tile_m)
+                         ? grouped_gemm_k_splits(args.n, args.k, args.rows, args.num_experts, tile_m, args.decode_wave_ctas)
                          : 1;
   if (splits > 1) {
     launch_config<0, GemmEpilogue::kPartialFp32>(p, args.max_tiles, stream, splits);

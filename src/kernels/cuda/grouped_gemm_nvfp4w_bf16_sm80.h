@@ -22,14 +22,19 @@ struct GroupedGemmArgs : GroupedGemmOperands {
   int64_t rows = 0;                     // T*K (sorted rows; the row stride of split-K partials)
   float* split_workspace = nullptr;     // grouped_gemm_split_workspace_bytes(N); null disables split-K
   int k_splits = 0;                     // 0: grouped_gemm_k_splits decides; 1..kMaxKSplits forces (tuning, tests)
+  int decode_wave_ctas = 0;             // grouped_gemm_decode_wave_ctas(device): needed when split-K decides
 };
 
 // Split-K (decode only): with few rows the N/32 x experts warps cannot fill the GPU, so K is split
 // over up to kMaxKSplits CTAs whose fp32 partial sums are added in split order by a second kernel
-// (deterministic). Used when tile_m == 16 and T*K <= kSplitMaxRows.
+// (deterministic). Used when tile_m == 16 and T*K <= kSplitMaxRows. The splits are the most that keep
+// the decode CTAs within one wave of the device: wave_ctas = SMs x resident decode CTAs per SM
+// (grouped_gemm_decode_wave_ctas; 132 x 16 on an H100/H200, fewer on smaller parts).
 inline constexpr int kMaxKSplits = 4;
 inline constexpr int64_t kSplitMaxRows = 256;
-int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m);
+int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m, int64_t wave_ctas);
+// SMs x the decode configuration's resident CTAs per SM on `device` (an occupancy query; call at prepare).
+int grouped_gemm_decode_wave_ctas(int device);
 size_t grouped_gemm_split_workspace_bytes(int64_t max_n);
 
 // M tiles with a kernel configuration: 16 (decode: 1 warp x 32 columns per CTA, so every SM streams

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backends/pipeline_parts.h"
+#include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"
 #include "kernels/cuda/moe_route_permute.h"
 
@@ -24,6 +25,9 @@ inline Sm80GemmPair sm80_w4a16_gemm_args(const DeviceExpertWeights& w, const Moe
   a1.out_scale = w.w2_input_scale.as<float>(), a1.route = route, a1.num_experts = static_cast<int>(num_experts);
   a1.max_tiles = moe_max_tiles(tokens, static_cast<int>(top_k), static_cast<int>(num_experts), tile_m);
   a1.rows = tokens * top_k, a1.split_workspace = split_workspace, a1.out = h;
+  int device = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
+  a1.decode_wave_ctas = grouped_gemm_decode_wave_ctas(device);
   GroupedGemmArgs a2 = a1;
   a2.a = h, a2.w_packed = w.w2.as<uint8_t>(), a2.w_scales = w.w2_scales.as<uint8_t>(), a2.n = hidden, a2.k = inter;
   a2.scale_first = w.down_scale2.as<float>(), a2.scale_second = nullptr, a2.out = o;
