@@ -15,6 +15,8 @@
 # Environment: OUT (logs and JSON), AB_ROUNDS (default 2: A B A B), AB_TESTS (a ctest -R regex run on
 # both sides first, e.g. "CudaSm90|Backends"), AB_TARGETS (ninja targets; default fp4moe + the test
 # binaries). Prints one line per (side, round, preset, T) and the B/A time ratios.
+# Budget (H200, 2026-11-30): both builds 50 s; AB_TESTS="CudaSm90|Backends|Nvfp4" 133 + 184 s; a 397b bench
+# ~25 s and a 235b one ~12 s per side and round. Wrap the call in `timeout` below the device limit.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { echo "usage: $0 PATCH PRESET:TOKENS[:BACKEND]..." >&2; exit 2; }
