@@ -1,0 +1,135 @@
+// The fused decode kernels' per-lane steps (moe_fused_decode_sm80.cu): activation loads, the W4A4
+// activation quantization, one chunk's decode + mma, the lane's copies and reads of a weight block in
+// the nvfp4_decode_layout.h layout, the programmatic-dependent-launch hooks and the strided work walk.
+// Device code for SM80+ (griddepcontrol only from SM90); included by that one file, split off to keep
+// it readable.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/nvfp4_decode_layout.h"
+#include "kernels/cuda/nvfp4_device.cuh"
+
+namespace fp4moe::fused_decode {
+
+using sm80::bf16x2_mul;
+using sm80::cp_async16;
+using sm80::cp_async4;
+using sm80::mma_bf16;
+
+// 32 activations of one token for this lane's columns [col0, col0 + 32) of a chunk as 16 bf16x2 words
+// (word i = columns 2i, 2i+1). Lanes without a token (mma column g past the item's tokens) load a valid
+// row of another token: their output column is never written, and the loads coalesce with lane g = 0's.
+__device__ __forceinline__ void load_activations(const __nv_bfloat16* row, uint32_t (&b)[16]) {
+  const uint4* src = reinterpret_cast<const uint4*>(row);
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    const uint4 q = __ldg(src + v);
+    b[4 * v] = q.x, b[4 * v + 1] = q.y, b[4 * v + 2] = q.z, b[4 * v + 3] = q.w;
+  }
+}
+
+// W4A4: NVFP4 quantize-dequantize of the lane's two whole 16-value blocks with the expert's input
+// scale, without the scale itself (the epilogue multiplies it).
+__device__ __forceinline__ void quantize_activations_w4a4(float tensor_scale, uint32_t (&b)[16]) {
+#pragma unroll
+  for (int blk = 0; blk < 2; ++blk) {
+    float x[16], y[16];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      x[2 * i] = __uint_as_float(b[8 * blk + i] << 16);
+      x[2 * i + 1] = __uint_as_float(b[8 * blk + i] & 0xFFFF0000u);
+    }
+    nvfp4_qdq_block(x, tensor_scale, y);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(y[2 * i], y[2 * i + 1]);
+      b[8 * blk + i] = *reinterpret_cast<const uint32_t*>(&pair);
+    }
+  }
+}
+
+// The 8 k steps of one chunk for one 16-row tile and one 8-token tile: decode and scale the A
+// fragments (rows g, g + 8), mma with the activations b.
+__device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& row0, const uint4& row1, uint32_t codes,
+                                          const uint32_t* lut, const uint32_t (&b)[16]) {
+  const uint32_t s00 = lut[codes & 0xFFu], s01 = lut[(codes >> 8) & 0xFFu];
+  const uint32_t s10 = lut[(codes >> 16) & 0xFFu], s11 = lut[codes >> 24];
+  const uint32_t w0[4] = {row0.x, row0.y, row0.z, row0.w}, w1[4] = {row1.x, row1.y, row1.z, row1.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint32_t o0[4], o1[4];
+    decode_word(w0[j], o0);
+    decode_word(w1[j], o1);
+    const uint32_t scale0 = j < 2 ? s00 : s01, scale1 = j < 2 ? s10 : s11;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      o0[k] = bf16x2_mul(o0[k], scale0);
+      o1[k] = bf16x2_mul(o1[k], scale1);
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const uint32_t a[4] = {o0[2 * u], o1[2 * u], o0[2 * u + 1], o1[2 * u + 1]};
+      const int s = 2 * j + u;
+      mma_bf16(acc, a, b[2 * s], b[2 * s + 1]);
+    }
+  }
+}
+
+// Copies a lane's bytes of one layout block: its 16 code bytes of each row half (decode_code_offset) and
+// its 4 scale bytes at kDecodeScaleOffset + 4 lane; `dst` and `src` point at the lane's first code bytes
+// (16 lane), so the scale bytes are at kDecodeScaleOffset - 12 lane from there. Each of the three copies
+// of a warp covers contiguous bytes.
+static_assert(decode_code_offset(1, 0) == 16 && decode_code_offset(0, 1) == kDecodeHalfBytes, "layout of the header");
+__device__ __forceinline__ void copy_lane_bytes(uint8_t* dst, const uint8_t* src, int lane) {
+  cp_async16(dst, src);
+  cp_async16(dst + kDecodeHalfBytes, src + kDecodeHalfBytes);
+  cp_async4(dst + kDecodeScaleOffset - lane * 12, src + kDecodeScaleOffset - lane * 12);
+}
+// The lane's two code quads and scale word of a block in shared memory (`lane_bytes` as in copy_lane_bytes).
+struct LaneBlock {
+  uint4 row0, row1;
+  uint32_t scales;
+};
+__device__ __forceinline__ LaneBlock read_lane_block(const uint8_t* lane_bytes, int lane) {
+  return LaneBlock{*reinterpret_cast<const uint4*>(lane_bytes),
+                   *reinterpret_cast<const uint4*>(lane_bytes + kDecodeHalfBytes),
+                   *reinterpret_cast<const uint32_t*>(lane_bytes + kDecodeScaleOffset - lane * 12)};
+}
+
+// Programmatic dependent launch (SM90+): launch 2 is launched with the programmatic-serialization
+// attribute there, so its CTAs start (shared-memory table) while launch 1 drains, and wait here before
+// touching launch 1's output. Without the attribute, or before SM90, both are no-ops.
+__device__ __forceinline__ void pdl_trigger_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait_for_primary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// A position (outer, inner) in a sequence of work pieces numbered outer * inner_count + inner, and the
+// walk that advances it by a fixed stride without a division. Launch 1: outer = token group q (over all
+// touched experts), inner = row block rb, stride = the grid size. Launch 2: outer = touched expert j,
+// inner = K chunk kc of I, stride = the warps per CTA.
+struct StridedPos {
+  int outer, inner;
+};
+struct StridedWalk {
+  int stride_outer, stride_inner, inner_count;
+  __host__ __device__ static StridedWalk of(int stride, int inner_count) {
+    return StridedWalk{stride / inner_count, stride % inner_count, inner_count};
+  }
+  __device__ __forceinline__ StridedPos at(int index) const { return StridedPos{index / inner_count, index % inner_count}; }
+  __device__ __forceinline__ void next(StridedPos& pos) const {
+    pos.outer += stride_outer, pos.inner += stride_inner;
+    if (pos.inner >= inner_count) pos.inner -= inner_count, ++pos.outer;
+  }
+};
+
+}  // namespace fp4moe::fused_decode
