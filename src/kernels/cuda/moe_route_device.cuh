@@ -114,7 +114,7 @@ __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t t
   for (int j = 0; j < kExpertsPerLane; ++j) bits[j] = lane + 32 * j < E ? ordered_score_bits(score[lane + 32 * j]) : 0u;
 
   // Group restriction (sigmoid_grouped_topk): keep the topk_group groups with the largest sum of their
-  // top-2 selection scores; the other groups' experts leave the selection (their bits become 0).
+  // top-2 selection scores; the other groups' experts leave the selection (their bit in `out` is set).
   // Bit j of `out`: expert lane + 32 j has left the selection (a group not kept, or already selected).
   // A mask rather than zeroing bits[j]: the compiler turns a store at the winner's j into a dynamically
   // indexed store and moves bits[] to local memory.
