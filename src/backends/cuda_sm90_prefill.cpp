@@ -90,8 +90,10 @@ class PreparedSm90Prefill final : public PreparedMoe {
              : choice_.fixed_tile_tokens ? choice_.fixed_tile_tokens
                                          : sm90_regw_choose_tile_tokens(tokens, K, E);
     };
-    // The token tiles are TMA boxes of contiguous rows: GEMM1 reads gathered rows.
-    run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, /*gemm1_reads_hidden=*/false,
+    // The register-weight kernel's GEMM1 loads its token rows from the hidden states one TMA row at a
+    // time through the sorted slots (no gather); the smem kernel's token tiles are TMA boxes of
+    // contiguous gathered rows.
+    run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, /*gemm1_reads_hidden=*/choice_.regw,
                         choose_tile_m, [&](const PipelineRun& run, const ExpertGemm& gemm) {
                           Sm90GemmArgs g;
                           static_cast<GroupedGemmOperands&>(g) = gemm;

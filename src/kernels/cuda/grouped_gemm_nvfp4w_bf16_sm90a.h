@@ -36,7 +36,7 @@ void repack_nvfp4_for_sm90(const Nvfp4View& m, std::span<const int64_t> source_r
 // a_slots must be null), w_packed [E][N/128][K/64][4096], w_scales [E][N/128][K/64][512]; N a multiple
 // of 128, K of 64.
 struct Sm90GemmArgs : GroupedGemmOperands {
-  int64_t rows = 0;                     // T*K: rows of `a` (the TMA zero-fills past them)
+  int64_t rows = 0;                     // T*K: rows of `a`, or of the slots with a_slots (the TMA zero-fills past them)
   MoeRouteBuffers route;                // M tiles of kSm90TileM rows and expert offsets (launch_moe_align)
   int64_t max_tiles = 0;                // moe_max_tiles(T, K, E, kSm90TileM)
   int num_sms = 0;                      // persistent grid size
@@ -78,6 +78,8 @@ void configure_sm90_regw_kernels();
 // tile are even, num_sms >= 2 and the device runs such clusters (queried by configure_sm90_regw_kernels
 // per device), else single CTAs; 1 or 2 forces it (2 with an odd unit count, num_sms < 2 or no resident
 // cluster is an error). Both give the same bits (each item's arithmetic does not depend on the launch).
+// a_slots (GEMM1's kSwiglu only; an Error otherwise): `a` is the hidden states [rows / top_k, k] and
+// each token row is loaded by itself from row a_slots[r] / top_k, with the same bits as on gathered rows.
 void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int tile_tokens, GemmEpilogue epilogue,
                                                 cudaStream_t stream, int cluster = 0);
 

@@ -11,7 +11,10 @@
 // CTA = 3 warpgroups, one per SM, persistent: item i = (token tile i / units, unit i % units), a unit
 // = `frags` 128-row N tiles; CTA c takes items c, c + grid, ... (static: deterministic, no atomics).
 // WG0 (setmaxnreg 40): one thread issues per K block the token tile's TMA and the bulk copies of the
-// unit's packed codes + E4M3 scales onto the stage's full barrier. WG1-2 (setmaxnreg 232): 64 or 128
+// unit's packed codes + E4M3 scales onto the stage's full barrier; GEMM1 (SwiGLU) may instead read its
+// token rows straight from the hidden states through the sorted slots (no gather pass: 4 % of the
+// layer at qwen3-235b / 4096 tokens): then the producer's 128 threads issue one 128-byte TMA per token
+// row (the 128-byte swizzle follows the shared-memory address, so the rows land as a tile would). WG1-2 (setmaxnreg 232): 64 or 128
 // weight rows each; per K block a 16-byte LDS + 8 table lookups per 64 rows -> 16 bf16x2 registers
 // (decode_word: 11 integer operations per 4 bf16x2, then one HMUL2 each with the scale entry),
 // then 4 (or 8) wgmma m64nTk16 with fp32 accumulators; the epilogues are the sm80 ones, transposed.
@@ -102,6 +105,8 @@ struct Params {
   const int32_t* tile_row_begin;
   const int32_t* num_tiles;
   const int32_t* expert_offsets;
+  const int32_t* a_slots;  // kSlots: sorted row r is hidden row a_slots[r] / top_k
+  int top_k;
   void* out;
 };
 
@@ -109,9 +114,13 @@ struct Params {
 // token tile at every K block: each CTA loads half of it with a multicast TMA into both CTAs (the L2 ->
 // SM traffic of token tiles halves), and a stage is refilled only after the consumers of both CTAs
 // released it (each consumer warp arrives on both CTAs' empty barriers).
-template <int T, GemmEpilogue EPI, int C>
+// kSlots: tmap_a maps the hidden states [tokens, K] in boxes of one row, and each token row of a tile is
+// loaded by itself from row a_slots[r] / top_k (no gathered copy); else tmap_a maps the sorted rows in
+// boxes of T / C rows.
+template <int T, GemmEpilogue EPI, int C, bool kSlots>
 __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_constant__ CUtensorMap tmap_a, Params p) {
   static_assert(C == 1 || C == 2, "one CTA, or a cluster of two sharing the token tile");
+  static_assert(!kSlots || (T / C) % 4 == 0, "kSlots: the producer's four warps split this CTA's rows evenly");
   using L = RegwLayout<T>;
   constexpr int S = L::cfg.stages, F = L::F;
   extern __shared__ uint8_t smem_raw[];
@@ -147,9 +156,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
   const int KB = p.k_blocks;
 
   if (threadIdx.x < 128) {
-    // ---- producer warpgroup: one thread issues every copy ----
+    // ---- producer warpgroup: one thread issues every copy (kSlots: the token rows are spread over all
+    // 128 threads, row 4 i + warp, so that every scheduler issues a quarter of the row copies) ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    if (threadIdx.x == 0) {
+    if (kSlots || threadIdx.x == 0) {
+      const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+      constexpr int kRowsPerLane = kSlots ? (T / C + 127) / 128 : 1;
       int b = 0;
 #pragma unroll 1
       for (int it = 0; it < my_items; ++it) {
@@ -158,18 +170,46 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
         const int row0 = p.tile_row_begin[tile];
         // N tiles F*u .. F*u + F - 1 (the last may not exist when n_tiles is odd): blocks [nt][kb].
         const int blocks = min(F, p.n_tiles - F * u);
-        const size_t blk0 = (size_t(p.tile_expert[tile]) * p.n_tiles + F * u) * KB;
+        const int expert = p.tile_expert[tile];
+        const size_t blk0 = (size_t(expert) * p.n_tiles + F * u) * KB;
+        uint32_t a_bytes = L::kABytes;
+        // kSlots: the consumers' wgmma read the tile's rows up to its tokens rounded up to 32; this CTA
+        // loads its share of them (rows rank T/C + 4 (32 j + lane) + warp); rows past the tile's tokens
+        // repeat its first token (finite data in columns the epilogue never writes). -1: not loaded.
+        int hidden_row[kRowsPerLane];
+        if constexpr (kSlots) {
+          const int rows = min(T, p.expert_offsets[expert + 1] - row0);  // >= 1: tiles exist for rows only
+          const int used = (rows + 31) / 32 * 32;
+          a_bytes = used * 128;
+#pragma unroll
+          for (int j = 0; j < kRowsPerLane; ++j) {
+            const int i = 4 * (32 * j + lane) + warp, r = rank * (T / C) + i;
+            hidden_row[j] = i < T / C && r < used ? p.a_slots[row0 + min(r, rows - 1)] / p.top_k : -1;
+          }
+        }
 #pragma unroll 1
         for (int kb = 0; kb < KB; ++kb, ++b) {
           const int stage = b % S;
           mbar_wait(bar_empty + 8 * stage, ((b / S) & 1) ^ 1);
           const uint32_t full = bar_full + 8 * stage;
-          mbar_arrive_expect_tx(full, L::kABytes + blocks * kRawBytes);
-          if constexpr (C == 2)  // rows [T/2 rank, +T/2) of the tile into both CTAs (box of T/2 rows)
-            tma_load_2d_multicast(base + L::kOffA + stage * L::kABytes + rank * (T / 2) * 128, &tmap_a, kb * kBk,
-                                  row0 + rank * (T / 2), full, 0x3);
-          else
-            tma_load_2d(base + L::kOffA + stage * L::kABytes, &tmap_a, kb * kBk, row0, full);
+          const uint32_t a_dst = base + L::kOffA + stage * L::kABytes;
+          if (threadIdx.x == 0) mbar_arrive_expect_tx(full, a_bytes + blocks * kRawBytes);
+          if constexpr (kSlots) {
+#pragma unroll
+            for (int j = 0; j < kRowsPerLane; ++j) {
+              if (hidden_row[j] < 0) continue;
+              const uint32_t dst = a_dst + (rank * (T / C) + 4 * (32 * j + lane) + warp) * 128;
+              if constexpr (C == 2)
+                tma_load_2d_multicast(dst, &tmap_a, kb * kBk, hidden_row[j], full, 0x3);
+              else
+                tma_load_2d(dst, &tmap_a, kb * kBk, hidden_row[j], full);
+            }
+          } else if constexpr (C == 2) {  // rows [T/2 rank, +T/2) of the tile into both CTAs (box of T/2 rows)
+            tma_load_2d_multicast(a_dst + rank * (T / 2) * 128, &tmap_a, kb * kBk, row0 + rank * (T / 2), full, 0x3);
+          } else {
+            tma_load_2d(a_dst, &tmap_a, kb * kBk, row0, full);
+          }
+          if (threadIdx.x != 0) continue;
 #pragma unroll
           for (int j = 0; j < F; ++j) {
             if (j >= blocks) break;
@@ -352,10 +392,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
 // Resident 2-CTA clusters per device, token tile and epilogue. configure_sm90_regw_kernels queries them
 // once per device, so a launch (possibly inside a CUDA-graph capture) only reads the table.
 constexpr int tile_index(int tokens) { return tokens == 64 ? 0 : tokens == 128 ? 1 : 2; }
-constexpr int epilogue_index(GemmEpilogue e) { return e == GemmEpilogue::kSwiglu ? 0 : 1; }
+// The compiled kernel variants per tile: SwiGLU (GEMM1) on sorted rows, fp32 (GEMM2), SwiGLU through the slots.
+constexpr int variant_index(GemmEpilogue e, bool slots) { return slots ? 2 : e == GemmEpilogue::kSwiglu ? 0 : 1; }
 struct ClusterResidency {
   int device;
-  int resident[3][2];  // [tile_index][epilogue_index]
+  int resident[3][3];  // [tile_index][variant_index]
 };
 std::mutex g_residency_mutex;
 std::vector<ClusterResidency> g_residency;
@@ -377,26 +418,28 @@ cudaLaunchConfig_t cluster_launch_config(cudaLaunchAttribute& attribute, size_t 
   config.gridDim = dim3(2);  // the occupancy query's grid: one cluster (it answers for the whole device)
   return config;
 }
-template <int T, GemmEpilogue EPI>
+template <int T, GemmEpilogue EPI, bool kSlots>
 int query_resident_clusters() {
   cudaLaunchAttribute attribute;
   cudaLaunchConfig_t config = cluster_launch_config(attribute, RegwLayout<T>::kSmemBytes, nullptr);
   int resident = 0;
-  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&resident, sm90_regw_kernel<T, EPI, 2>, &config));
+  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&resident, sm90_regw_kernel<T, EPI, 2, kSlots>, &config));
   return resident;
 }
-int resident_clusters(int tokens, GemmEpilogue epilogue) {
+int resident_clusters(int tokens, GemmEpilogue epilogue, bool slots) {
   const int device = current_device();
   std::lock_guard<std::mutex> lock(g_residency_mutex);
   for (const ClusterResidency& r : g_residency)
-    if (r.device == device) return r.resident[tile_index(tokens)][epilogue_index(epilogue)];
+    if (r.device == device) return r.resident[tile_index(tokens)][variant_index(epilogue, slots)];
   fail("sm90 regw GEMM: configure_sm90_regw_kernels() was not called on device ", device);
 }
 
-template <int T, GemmEpilogue EPI, int C>
+template <int T, GemmEpilogue EPI, int C, bool kSlots>
 void launch_kernel(const Sm90GemmArgs& args, const Params& p, int64_t groups, cudaStream_t stream) {
-  const CUtensorMap map = make_bf16_rows_map(args.a, args.rows, args.k, T / C);  // C = 2: each CTA loads half
-  const auto kernel = sm90_regw_kernel<T, EPI, C>;
+  // Sorted rows: boxes of the tile's rows (C = 2: each CTA loads half); slots: the hidden rows one by one.
+  const CUtensorMap map = kSlots ? make_bf16_rows_map(args.a, args.rows / args.top_k, args.k, 1)
+                                 : make_bf16_rows_map(args.a, args.rows, args.k, T / C);
+  const auto kernel = sm90_regw_kernel<T, EPI, C, kSlots>;
   constexpr size_t kSmem = RegwLayout<T>::kSmemBytes;
   if constexpr (C == 1) {
     const int grid = static_cast<int>(std::min<int64_t>(args.num_sms, groups));
@@ -405,7 +448,7 @@ void launch_kernel(const Sm90GemmArgs& args, const Params& p, int64_t groups, cu
     cudaLaunchAttribute attribute;
     cudaLaunchConfig_t config = cluster_launch_config(attribute, kSmem, stream);
     // Persistent: one wave of clusters. Clusters live within a GPC, so fewer than num_sms / 2 may fit.
-    const int resident = resident_clusters(T, EPI);
+    const int resident = resident_clusters(T, EPI, kSlots);
     const int64_t max_groups = std::min<int64_t>(resident, args.num_sms / C);  // num_sms: the caller's cap
     FP4MOE_CHECK(max_groups > 0, "sm90 regw GEMM: no cluster of ", C, " CTAs fits (", resident, " resident, num_sms ",
                  args.num_sms, ")");
@@ -414,17 +457,24 @@ void launch_kernel(const Sm90GemmArgs& args, const Params& p, int64_t groups, cu
   }
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
-template <int T, GemmEpilogue EPI>
+template <int T, GemmEpilogue EPI, bool kSlots>
 void launch_tile(const Sm90GemmArgs& args, const Params& p, int cluster, int64_t groups, cudaStream_t stream) {
-  if (cluster == 2) return launch_kernel<T, EPI, 2>(args, p, groups, stream);
-  launch_kernel<T, EPI, 1>(args, p, groups, stream);
+  if (cluster == 2) return launch_kernel<T, EPI, 2, kSlots>(args, p, groups, stream);
+  launch_kernel<T, EPI, 1, kSlots>(args, p, groups, stream);
 }
+// Reading through the slots is compiled for GEMM1 (SwiGLU) only: GEMM2 reads h, which GEMM1 wrote in
+// sorted-row order.
 template <int T>
 void launch_epi(const Sm90GemmArgs& args, const Params& p, int cluster, int64_t groups, GemmEpilogue epilogue,
                 cudaStream_t stream) {
   switch (epilogue) {
-    case GemmEpilogue::kSwiglu: return launch_tile<T, GemmEpilogue::kSwiglu>(args, p, cluster, groups, stream);
-    case GemmEpilogue::kScaleFp32: return launch_tile<T, GemmEpilogue::kScaleFp32>(args, p, cluster, groups, stream);
+    case GemmEpilogue::kSwiglu:
+      if (args.a_slots) return launch_tile<T, GemmEpilogue::kSwiglu, true>(args, p, cluster, groups, stream);
+      return launch_tile<T, GemmEpilogue::kSwiglu, false>(args, p, cluster, groups, stream);
+    case GemmEpilogue::kScaleFp32:
+      FP4MOE_CHECK(!args.a_slots, "sm90 regw GEMM: a_slots (rows read through the sorted slots) is compiled for the "
+                                  "SwiGLU epilogue (GEMM1) only");
+      return launch_tile<T, GemmEpilogue::kScaleFp32, false>(args, p, cluster, groups, stream);
     case GemmEpilogue::kSwigluNvfp4:
     case GemmEpilogue::kPartialFp32: break;
   }
@@ -432,8 +482,10 @@ void launch_epi(const Sm90GemmArgs& args, const Params& p, int cluster, int64_t 
 }
 template <int T>
 void set_smem_attributes() {
-  for (const auto kernel : {sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 1>, sm90_regw_kernel<T, GemmEpilogue::kScaleFp32, 1>,
-                            sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 2>, sm90_regw_kernel<T, GemmEpilogue::kScaleFp32, 2>})
+  for (const auto kernel :
+       {sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 1, false>, sm90_regw_kernel<T, GemmEpilogue::kScaleFp32, 1, false>,
+        sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 2, false>, sm90_regw_kernel<T, GemmEpilogue::kScaleFp32, 2, false>,
+        sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 1, true>, sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 2, true>})
     FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, RegwLayout<T>::kSmemBytes));
 }
 
@@ -512,12 +564,15 @@ void configure_sm90_regw_kernels() {
   set_smem_attributes<128>();
   set_smem_attributes<256>();
   ClusterResidency r{current_device(), {}};  // after the shared-memory attributes: the query uses them
-  r.resident[0][0] = query_resident_clusters<64, GemmEpilogue::kSwiglu>();
-  r.resident[0][1] = query_resident_clusters<64, GemmEpilogue::kScaleFp32>();
-  r.resident[1][0] = query_resident_clusters<128, GemmEpilogue::kSwiglu>();
-  r.resident[1][1] = query_resident_clusters<128, GemmEpilogue::kScaleFp32>();
-  r.resident[2][0] = query_resident_clusters<256, GemmEpilogue::kSwiglu>();
-  r.resident[2][1] = query_resident_clusters<256, GemmEpilogue::kScaleFp32>();
+  r.resident[0][0] = query_resident_clusters<64, GemmEpilogue::kSwiglu, false>();
+  r.resident[0][1] = query_resident_clusters<64, GemmEpilogue::kScaleFp32, false>();
+  r.resident[0][2] = query_resident_clusters<64, GemmEpilogue::kSwiglu, true>();
+  r.resident[1][0] = query_resident_clusters<128, GemmEpilogue::kSwiglu, false>();
+  r.resident[1][1] = query_resident_clusters<128, GemmEpilogue::kScaleFp32, false>();
+  r.resident[1][2] = query_resident_clusters<128, GemmEpilogue::kSwiglu, true>();
+  r.resident[2][0] = query_resident_clusters<256, GemmEpilogue::kSwiglu, false>();
+  r.resident[2][1] = query_resident_clusters<256, GemmEpilogue::kScaleFp32, false>();
+  r.resident[2][2] = query_resident_clusters<256, GemmEpilogue::kSwiglu, true>();
   std::lock_guard<std::mutex> lock(g_residency_mutex);
   for (ClusterResidency& existing : g_residency)
     if (existing.device == r.device) return void(existing = r);
@@ -530,7 +585,8 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int ti
   FP4MOE_CHECK(args.n > 0 && args.n % kBn == 0, "sm90 regw GEMM: N (", args.n, ") must be a positive multiple of ", kBn);
   FP4MOE_CHECK(args.k > 0 && args.k % kBk == 0, "sm90 regw GEMM: K (", args.k, ") must be a positive multiple of ", kBk);
   FP4MOE_CHECK(args.a && args.w_packed && args.w_scales && args.scale_first && args.out, "sm90 regw GEMM: null operand pointer");
-  FP4MOE_CHECK(!args.a_slots, "sm90 regw GEMM: A must be the sorted rows (a TMA box per token tile); a_slots is not supported");
+  FP4MOE_CHECK(!args.a_slots || (args.top_k > 0 && args.rows % args.top_k == 0),
+               "sm90 regw GEMM: with a_slots, rows (", args.rows, ") must be tokens x top_k (", args.top_k, ")");
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(args.a) % 16 == 0 && reinterpret_cast<uintptr_t>(args.w_packed) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(args.w_scales) % 16 == 0,
                "sm90 regw GEMM: A and the weights must be 16-byte aligned (TMA / bulk copies)");
@@ -543,7 +599,7 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int ti
   const Params p{args.w_packed, args.w_scales, static_cast<int>(n_tiles), static_cast<int>(n_units), static_cast<int>(args.k / kBk),
                  static_cast<int>(args.n), args.scale_first, args.scale_second, args.input_scale,
                  args.route.tile_expert, args.route.tile_row_begin, args.route.num_tiles, args.route.expert_offsets,
-                 args.out};
+                 args.a_slots, args.top_k, args.out};
   FP4MOE_CHECK(cluster == 0 || cluster == 1 || cluster == 2, "sm90 regw GEMM: cluster size ", cluster, " is not 0 (auto), 1 or 2");
   FP4MOE_CHECK(cluster != 2 || n_units % 2 == 0, "sm90 regw GEMM: a 2-CTA cluster needs an even number of weight units per token tile (",
                n_units, ")");
@@ -552,7 +608,7 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int ti
   // Pairs of units share a token tile when there are pairs to make (every shape of the presets), the
   // caller's SM cap leaves room for a cluster and the device runs one (MIG / MPS limits may not).
   const int c = cluster != 0 ? cluster
-                             : (n_units % 2 == 0 && args.num_sms >= 2 && resident_clusters(tile_tokens, epilogue) > 0 ? 2 : 1);
+                             : (n_units % 2 == 0 && args.num_sms >= 2 && resident_clusters(tile_tokens, epilogue, args.a_slots) > 0 ? 2 : 1);
   const int64_t groups = args.max_tiles * (n_units / c);  // upper bound on the work items per CTA group
   switch (tile_tokens) {
     case 64: return launch_epi<64>(args, p, c, groups, epilogue, stream);

@@ -4,7 +4,8 @@
 // host fp64 reference of the dequantized weights, fp32 output and SwiGLU epilogues, K blocks not a
 // multiple of the stage count, an odd N tile count, a small persistent grid (many items per CTA:
 // barrier phases across tiles) and the full grid bit-identical; host only: the register-weight
-// layout element by element, the per-call tile choice and rejected tiles/epilogues. Backend level:
+// layout element by element, the per-call tile choice and rejected tiles/epilogues; GEMM1 reading the
+// hidden rows through the sorted slots bit-identical to reading gathered rows. Backend level:
 // only what the parameterized suite (test_moe_backend_suite.cpp, which runs this backend too: model
 // sweeps, adversarial routing, graph replay, bit identity, E4M3 extremes) lacks: the qwen3-235b-a22b
 // shape at 1..4096 tokens W4A16 and W4A4 and all its tokens on one expert, against moe_reference,
@@ -355,6 +356,13 @@ TEST(CudaSm90PrefillGemm, RegwRejectsUnknownTileAndW4A4Epilogue) {
   // One 128-row N tile = one unit per token tile: no pair of units to share it in a 2-CTA cluster.
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kScaleFp32, nullptr, 2), Error);
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kScaleFp32, nullptr, 3), Error);
+  // Rows through the slots: GEMM1 (SwiGLU) only, and the rows must be tokens x top_k.
+  g.a_slots = fx.route.sorted_slots, g.top_k = 1;
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kScaleFp32, nullptr), Error);
+  g.top_k = 3;  // 8 rows
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kSwiglu, nullptr), Error);
+  g.top_k = 0;
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kSwiglu, nullptr), Error);
 }
 
 // 2-CTA clusters (a multicast token tile, each stage released by both CTAs' consumers) compute every
@@ -402,6 +410,66 @@ TEST(CudaSm90PrefillGemm, RegwClustersGiveTheSameBitsAsSingleCtas) {
       for (size_t i = 1; i < outs.size(); ++i)
         EXPECT_TRUE(std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * 4) == 0)
             << "tile " << tile << " N " << N << ": run " << i << " (grid, cluster) differs from single CTAs on the full grid";
+    }
+  }
+}
+
+// GEMM1 reading its token rows from the hidden states through the sorted slots (one TMA row per token
+// row, no gather) gives the bits of the same GEMM on the gathered rows: every token tile, single CTAs and
+// 2-CTA clusters (each CTA loads its half of the rows, multicast), the full grid and 4 SMs. top_k = 2, so
+// sorted row r reads hidden row slot / 2 and the slots of a token may share an expert; partial tiles of
+// every 32-token width load only their rows rounded up to 32 (the expected bytes must match, or the
+// barrier hangs). The SwiGLU output is poisoned first: every h value must be written.
+TEST(CudaSm90PrefillGemm, RegwGemm1ThroughSlotsGivesTheBitsOfGatheredRows) {
+  REQUIRE_SM90(device);
+  configure_sm90_regw_kernels();
+  const int64_t K = 320, I = 256, top_k = 2;  // N = 2I = 512: 4 N tiles, an even unit count at every tile
+  std::vector<int> counts = kUnevenCounts;
+  counts.push_back(20), counts.push_back(21);  // an even slot count: tokens x top_k
+  Rng rng(51);
+  std::vector<Nvfp4Matrix> w13;
+  for (size_t e = 0; e < counts.size(); ++e) w13.push_back(random_nvfp4(2 * I, K, rng));
+  const std::vector<float> fg(counts.size(), 0.004f), fu(counts.size(), 0.006f);
+  DeviceBuffer fg_dev = DeviceBuffer::from_host(fg), fu_dev = DeviceBuffer::from_host(fu);
+  const std::vector<int64_t> order = gate_up_interleaved_rows(I);
+  for (const int tile : kSm90RegwTileTokens) {
+    GemmFixture fx(counts, K, 52, tile);
+    ASSERT_EQ(fx.T % top_k, 0);
+    const int64_t tokens = fx.T / top_k;
+    std::vector<float> hidden = synthetic_activations(tokens, K, 53);
+    for (float& v : hidden) v = round_to_bf16(v);
+    std::vector<int32_t> sorted(static_cast<size_t>(fx.T));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(sorted.data(), fx.route.sorted_slots, sorted.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> gathered(static_cast<size_t>(fx.T * K));
+    for (int64_t r = 0; r < fx.T; ++r) {
+      const int64_t token = sorted[static_cast<size_t>(r)] / top_k;
+      ASSERT_TRUE(token >= 0 && token < tokens) << "sorted slot " << sorted[static_cast<size_t>(r)];
+      std::copy_n(hidden.begin() + token * K, K, gathered.begin() + r * K);
+    }
+    DeviceBuffer hidden_dev = DeviceBuffer::from_host(test::to_bf16_bits(hidden));
+    DeviceBuffer gathered_dev = DeviceBuffer::from_host(test::to_bf16_bits(gathered));
+    auto [packed, scales] = upload_repacked(GemmVariant{"regw", tile, true}, w13, order);
+    auto run = [&](bool slots, int sms, int cluster) {
+      DeviceBuffer out(static_cast<size_t>(fx.T * I * 2));
+      const std::vector<uint16_t> poison(static_cast<size_t>(fx.T * I), kBf16Poison);
+      FP4MOE_CUDA_CHECK(cudaMemcpy(out.get(), poison.data(), out.bytes(), cudaMemcpyHostToDevice));
+      Sm90GemmArgs g = fx.args(packed, scales, 2 * I, sms);
+      g.a = slots ? hidden_dev.get() : gathered_dev.get();
+      if (slots) g.a_slots = fx.route.sorted_slots, g.top_k = static_cast<int>(top_k);
+      g.scale_first = fg_dev.as<float>();
+      g.scale_second = fu_dev.as<float>();
+      g.out = out.get();
+      launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, tile, GemmEpilogue::kSwiglu, nullptr, cluster);
+      FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+      return out.to_host<uint16_t>();
+    };
+    const std::vector<uint16_t> want = run(false, device->multiprocessors, 1);
+    test::expect_all_written_and_finite(want, "sm90 regw SwiGLU on gathered rows, tile " + std::to_string(tile));
+    for (const auto& [sms, cluster] : std::vector<std::pair<int, int>>{
+             {device->multiprocessors, 1}, {device->multiprocessors, 2}, {4, 1}, {4, 2}}) {
+      const std::vector<uint16_t> got = run(true, sms, cluster);
+      EXPECT_TRUE(got == want) << "tile " << tile << ", " << sms << " SMs, cluster " << cluster
+                               << ": rows read through the slots differ from the gathered rows";
     }
   }
 }
