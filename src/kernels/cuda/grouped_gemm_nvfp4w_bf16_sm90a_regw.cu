@@ -13,8 +13,8 @@
 // WG0 (setmaxnreg 40): one thread issues per K block the token tile's TMA and the bulk copies of the
 // unit's packed codes + E4M3 scales onto the stage's full barrier; GEMM1 (SwiGLU) may instead read its
 // token rows straight from the hidden states through the sorted slots (no gather pass: 4 % of the
-// layer at qwen3-235b / 4096 tokens): then the producer's 128 threads issue one 128-byte TMA per token
-// row (the 128-byte swizzle follows the shared-memory address, so the rows land as a tile would). WG1-2 (setmaxnreg 232): 64 or 128
+// layer at qwen3-235b / 4096 tokens): then the producer's 128 threads copy them with cp.async into the
+// 128-byte-swizzled tile (one TMA per 128-byte row was measured 19 % slower at qwen3-235b / 4096). WG1-2 (setmaxnreg 232): 64 or 128
 // weight rows each; per K block a 16-byte LDS + 8 table lookups per 64 rows -> 16 bf16x2 registers
 // (decode_word: 11 integer operations per 4 bf16x2, then one HMUL2 each with the scale entry),
 // then 4 (or 8) wgmma m64nTk16 with fp32 accumulators; the epilogues are the sm80 ones, transposed.
@@ -105,8 +105,10 @@ struct Params {
   const int32_t* tile_row_begin;
   const int32_t* num_tiles;
   const int32_t* expert_offsets;
+  const void* a;           // kSlots: the hidden states [tokens, K] (BF16, 16-byte aligned rows)
   const int32_t* a_slots;  // kSlots: sorted row r is hidden row a_slots[r] / top_k
   int top_k;
+  int a_row16;             // kSlots: 16-byte units per hidden row (K / 8)
   void* out;
 };
 
@@ -114,13 +116,13 @@ struct Params {
 // token tile at every K block: each CTA loads half of it with a multicast TMA into both CTAs (the L2 ->
 // SM traffic of token tiles halves), and a stage is refilled only after the consumers of both CTAs
 // released it (each consumer warp arrives on both CTAs' empty barriers).
-// kSlots: tmap_a maps the hidden states [tokens, K] in boxes of one row, and each token row of a tile is
-// loaded by itself from row a_slots[r] / top_k (no gathered copy); else tmap_a maps the sorted rows in
-// boxes of T / C rows.
+// kSlots: the producer threads copy each token row of a tile from hidden row a_slots[r] / top_k with
+// cp.async (no gathered copy; tmap_a unused; single CTAs: cp.async cannot multicast); else tmap_a maps
+// the sorted rows in boxes of T / C rows.
 template <int T, GemmEpilogue EPI, int C, bool kSlots>
 __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_constant__ CUtensorMap tmap_a, Params p) {
   static_assert(C == 1 || C == 2, "one CTA, or a cluster of two sharing the token tile");
-  static_assert(!kSlots || (T / C) % 4 == 0, "kSlots: the producer's four warps split this CTA's rows evenly");
+  static_assert(!kSlots || (C == 1 && T % 16 == 0), "kSlots: single CTAs; 16 row groups of 8 chunk threads");
   using L = RegwLayout<T>;
   constexpr int S = L::cfg.stages, F = L::F;
   extern __shared__ uint8_t smem_raw[];
@@ -132,7 +134,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(bar_full + 8 * s, 1);  // the producer's expect_tx arrival; the copies complete the bytes
+      // The producer's expect_tx arrival (the TMA and bulk copies complete the bytes); kSlots: plus one
+      // arrival per producer thread when its cp.async rows have landed.
+      mbar_init(bar_full + 8 * s, kSlots ? 1 + 128 : 1);
       mbar_init(bar_empty + 8 * s, 8 * C);  // one arrival per consumer warp of each CTA writing here
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -156,12 +160,16 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
   const int KB = p.k_blocks;
 
   if (threadIdx.x < 128) {
-    // ---- producer warpgroup: one thread issues every copy (kSlots: the token rows are spread over all
-    // 128 threads, row 4 i + warp, so that every scheduler issues a quarter of the row copies) ----
+    // ---- producer warpgroup: one thread issues the TMA and bulk copies; kSlots: all 128 threads also
+    // copy the token rows with cp.async (thread = 16-byte chunk c of rows q, q + 16, ...) ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (kSlots || threadIdx.x == 0) {
-      const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-      constexpr int kRowsPerLane = kSlots ? (T / C + 127) / 128 : 1;
+      constexpr int kRowsPerThread = kSlots ? T / 16 : 1;
+      const int chunk = threadIdx.x % 8, q = threadIdx.x / 8;
+      // The 128-byte swizzle by hand: chunk c of row r sits at 16 (c ^ (r % 8)) in the row's 128 bytes
+      // (the layout the TMA writes and the wgmma descriptor reads); r % 8 = q % 8 for all of this thread's rows.
+      const uint32_t row_dst = q * 128 + ((chunk ^ (q % 8)) * 16);
+      const uint8_t* hidden = static_cast<const uint8_t*>(p.a) + chunk * 16;
       int b = 0;
 #pragma unroll 1
       for (int it = 0; it < my_items; ++it) {
@@ -172,19 +180,17 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
         const int blocks = min(F, p.n_tiles - F * u);
         const int expert = p.tile_expert[tile];
         const size_t blk0 = (size_t(expert) * p.n_tiles + F * u) * KB;
-        uint32_t a_bytes = L::kABytes;
-        // kSlots: the consumers' wgmma read the tile's rows up to its tokens rounded up to 32; this CTA
-        // loads its share of them (rows rank T/C + 4 (32 j + lane) + warp); rows past the tile's tokens
-        // repeat its first token (finite data in columns the epilogue never writes). -1: not loaded.
-        int hidden_row[kRowsPerLane];
+        // kSlots: the consumers' wgmma read the tile's rows up to its tokens rounded up to 32; rows past
+        // its tokens repeat its first token (finite data in columns the epilogue never writes). Row
+        // q + 16 j comes from hidden row slot / top_k, in 16-byte units; ~0u: not copied.
+        uint32_t src_row16[kRowsPerThread];
         if constexpr (kSlots) {
           const int rows = min(T, p.expert_offsets[expert + 1] - row0);  // >= 1: tiles exist for rows only
           const int used = (rows + 31) / 32 * 32;
-          a_bytes = used * 128;
 #pragma unroll
-          for (int j = 0; j < kRowsPerLane; ++j) {
-            const int i = 4 * (32 * j + lane) + warp, r = rank * (T / C) + i;
-            hidden_row[j] = i < T / C && r < used ? p.a_slots[row0 + min(r, rows - 1)] / p.top_k : -1;
+          for (int j = 0; j < kRowsPerThread; ++j) {
+            const int r = q + 16 * j;
+            src_row16[j] = r < used ? uint32_t(p.a_slots[row0 + min(r, rows - 1)] / p.top_k) * uint32_t(p.a_row16) : ~0u;
           }
         }
 #pragma unroll 1
@@ -193,23 +199,21 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
           mbar_wait(bar_empty + 8 * stage, ((b / S) & 1) ^ 1);
           const uint32_t full = bar_full + 8 * stage;
           const uint32_t a_dst = base + L::kOffA + stage * L::kABytes;
-          if (threadIdx.x == 0) mbar_arrive_expect_tx(full, a_bytes + blocks * kRawBytes);
           if constexpr (kSlots) {
+            const uint8_t* src_kb = hidden + kb * 128;
 #pragma unroll
-            for (int j = 0; j < kRowsPerLane; ++j) {
-              if (hidden_row[j] < 0) continue;
-              const uint32_t dst = a_dst + (rank * (T / C) + 4 * (32 * j + lane) + warp) * 128;
-              if constexpr (C == 2)
-                tma_load_2d_multicast(dst, &tmap_a, kb * kBk, hidden_row[j], full, 0x3);
-              else
-                tma_load_2d(dst, &tmap_a, kb * kBk, hidden_row[j], full);
-            }
-          } else if constexpr (C == 2) {  // rows [T/2 rank, +T/2) of the tile into both CTAs (box of T/2 rows)
-            tma_load_2d_multicast(a_dst + rank * (T / 2) * 128, &tmap_a, kb * kBk, row0 + rank * (T / 2), full, 0x3);
-          } else {
-            tma_load_2d(a_dst, &tmap_a, kb * kBk, row0, full);
+            for (int j = 0; j < kRowsPerThread; ++j)
+              if (src_row16[j] != ~0u) cp_async_16(a_dst + row_dst + j * 16 * 128, src_kb + size_t(src_row16[j]) * 16);
+            cp_async_arrive_noinc(full);  // once this thread's copies have landed
           }
           if (threadIdx.x != 0) continue;
+          mbar_arrive_expect_tx(full, (kSlots ? 0 : L::kABytes) + blocks * kRawBytes);
+          if constexpr (!kSlots) {
+            if constexpr (C == 2)  // rows [T/2 rank, +T/2) of the tile into both CTAs (box of T/2 rows)
+              tma_load_2d_multicast(a_dst + rank * (T / 2) * 128, &tmap_a, kb * kBk, row0 + rank * (T / 2), full, 0x3);
+            else
+              tma_load_2d(a_dst, &tmap_a, kb * kBk, row0, full);
+          }
 #pragma unroll
           for (int j = 0; j < F; ++j) {
             if (j >= blocks) break;
@@ -243,6 +247,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
   auto fetch_block = [&](Fetched (&r)[F], int blk) {
     const int stage = blk % S;
     mbar_wait(bar_full + 8 * stage, (blk / S) & 1);
+    // kSlots: the token rows were written by cp.async (generic proxy); the wgmma read them through the
+    // async proxy.
+    if constexpr (kSlots) fence_proxy_async();
     const uint8_t* raw = smem + L::kOffRaw + (stage * F + slot) * kRawBytes;
 #pragma unroll
     for (int fi = 0; fi < F; ++fi) {
@@ -392,11 +399,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
 // Resident 2-CTA clusters per device, token tile and epilogue. configure_sm90_regw_kernels queries them
 // once per device, so a launch (possibly inside a CUDA-graph capture) only reads the table.
 constexpr int tile_index(int tokens) { return tokens == 64 ? 0 : tokens == 128 ? 1 : 2; }
-// The compiled kernel variants per tile: SwiGLU (GEMM1) on sorted rows, fp32 (GEMM2), SwiGLU through the slots.
-constexpr int variant_index(GemmEpilogue e, bool slots) { return slots ? 2 : e == GemmEpilogue::kSwiglu ? 0 : 1; }
+constexpr int epilogue_index(GemmEpilogue e) { return e == GemmEpilogue::kSwiglu ? 0 : 1; }
 struct ClusterResidency {
   int device;
-  int resident[3][3];  // [tile_index][variant_index]
+  int resident[3][2];  // [tile_index][epilogue_index]
 };
 std::mutex g_residency_mutex;
 std::vector<ClusterResidency> g_residency;
@@ -418,27 +424,30 @@ cudaLaunchConfig_t cluster_launch_config(cudaLaunchAttribute& attribute, size_t 
   config.gridDim = dim3(2);  // the occupancy query's grid: one cluster (it answers for the whole device)
   return config;
 }
-template <int T, GemmEpilogue EPI, bool kSlots>
+template <int T, GemmEpilogue EPI>
 int query_resident_clusters() {
   cudaLaunchAttribute attribute;
   cudaLaunchConfig_t config = cluster_launch_config(attribute, RegwLayout<T>::kSmemBytes, nullptr);
   int resident = 0;
-  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&resident, sm90_regw_kernel<T, EPI, 2, kSlots>, &config));
+  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&resident, sm90_regw_kernel<T, EPI, 2, false>, &config));
   return resident;
 }
-int resident_clusters(int tokens, GemmEpilogue epilogue, bool slots) {
+int resident_clusters(int tokens, GemmEpilogue epilogue) {
   const int device = current_device();
   std::lock_guard<std::mutex> lock(g_residency_mutex);
   for (const ClusterResidency& r : g_residency)
-    if (r.device == device) return r.resident[tile_index(tokens)][variant_index(epilogue, slots)];
+    if (r.device == device) return r.resident[tile_index(tokens)][epilogue_index(epilogue)];
   fail("sm90 regw GEMM: configure_sm90_regw_kernels() was not called on device ", device);
 }
 
 template <int T, GemmEpilogue EPI, int C, bool kSlots>
 void launch_kernel(const Sm90GemmArgs& args, const Params& p, int64_t groups, cudaStream_t stream) {
-  // Sorted rows: boxes of the tile's rows (C = 2: each CTA loads half); slots: the hidden rows one by one.
-  const CUtensorMap map = kSlots ? make_bf16_rows_map(args.a, args.rows / args.top_k, args.k, 1)
-                                 : make_bf16_rows_map(args.a, args.rows, args.k, T / C);
+  // Sorted rows: boxes of the tile's rows (C = 2: each CTA loads half). Slots: no tensor map (cp.async).
+  CUtensorMap map;
+  if constexpr (kSlots)
+    std::memset(&map, 0, sizeof(map));
+  else
+    map = make_bf16_rows_map(args.a, args.rows, args.k, T / C);
   const auto kernel = sm90_regw_kernel<T, EPI, C, kSlots>;
   constexpr size_t kSmem = RegwLayout<T>::kSmemBytes;
   if constexpr (C == 1) {
@@ -448,7 +457,7 @@ void launch_kernel(const Sm90GemmArgs& args, const Params& p, int64_t groups, cu
     cudaLaunchAttribute attribute;
     cudaLaunchConfig_t config = cluster_launch_config(attribute, kSmem, stream);
     // Persistent: one wave of clusters. Clusters live within a GPC, so fewer than num_sms / 2 may fit.
-    const int resident = resident_clusters(T, EPI, kSlots);
+    const int resident = resident_clusters(T, EPI);
     const int64_t max_groups = std::min<int64_t>(resident, args.num_sms / C);  // num_sms: the caller's cap
     FP4MOE_CHECK(max_groups > 0, "sm90 regw GEMM: no cluster of ", C, " CTAs fits (", resident, " resident, num_sms ",
                  args.num_sms, ")");
@@ -457,10 +466,10 @@ void launch_kernel(const Sm90GemmArgs& args, const Params& p, int64_t groups, cu
   }
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
-template <int T, GemmEpilogue EPI, bool kSlots>
+template <int T, GemmEpilogue EPI>
 void launch_tile(const Sm90GemmArgs& args, const Params& p, int cluster, int64_t groups, cudaStream_t stream) {
-  if (cluster == 2) return launch_kernel<T, EPI, 2, kSlots>(args, p, groups, stream);
-  launch_kernel<T, EPI, 1, kSlots>(args, p, groups, stream);
+  if (cluster == 2) return launch_kernel<T, EPI, 2, false>(args, p, groups, stream);
+  launch_kernel<T, EPI, 1, false>(args, p, groups, stream);
 }
 // Reading through the slots is compiled for GEMM1 (SwiGLU) only: GEMM2 reads h, which GEMM1 wrote in
 // sorted-row order.
@@ -469,12 +478,12 @@ void launch_epi(const Sm90GemmArgs& args, const Params& p, int cluster, int64_t 
                 cudaStream_t stream) {
   switch (epilogue) {
     case GemmEpilogue::kSwiglu:
-      if (args.a_slots) return launch_tile<T, GemmEpilogue::kSwiglu, true>(args, p, cluster, groups, stream);
-      return launch_tile<T, GemmEpilogue::kSwiglu, false>(args, p, cluster, groups, stream);
+      if (args.a_slots) return launch_kernel<T, GemmEpilogue::kSwiglu, 1, true>(args, p, groups, stream);
+      return launch_tile<T, GemmEpilogue::kSwiglu>(args, p, cluster, groups, stream);
     case GemmEpilogue::kScaleFp32:
       FP4MOE_CHECK(!args.a_slots, "sm90 regw GEMM: a_slots (rows read through the sorted slots) is compiled for the "
                                   "SwiGLU epilogue (GEMM1) only");
-      return launch_tile<T, GemmEpilogue::kScaleFp32, false>(args, p, cluster, groups, stream);
+      return launch_tile<T, GemmEpilogue::kScaleFp32>(args, p, cluster, groups, stream);
     case GemmEpilogue::kSwigluNvfp4:
     case GemmEpilogue::kPartialFp32: break;
   }
@@ -485,7 +494,7 @@ void set_smem_attributes() {
   for (const auto kernel :
        {sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 1, false>, sm90_regw_kernel<T, GemmEpilogue::kScaleFp32, 1, false>,
         sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 2, false>, sm90_regw_kernel<T, GemmEpilogue::kScaleFp32, 2, false>,
-        sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 1, true>, sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 2, true>})
+        sm90_regw_kernel<T, GemmEpilogue::kSwiglu, 1, true>})
     FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, RegwLayout<T>::kSmemBytes));
 }
 
@@ -564,15 +573,12 @@ void configure_sm90_regw_kernels() {
   set_smem_attributes<128>();
   set_smem_attributes<256>();
   ClusterResidency r{current_device(), {}};  // after the shared-memory attributes: the query uses them
-  r.resident[0][0] = query_resident_clusters<64, GemmEpilogue::kSwiglu, false>();
-  r.resident[0][1] = query_resident_clusters<64, GemmEpilogue::kScaleFp32, false>();
-  r.resident[0][2] = query_resident_clusters<64, GemmEpilogue::kSwiglu, true>();
-  r.resident[1][0] = query_resident_clusters<128, GemmEpilogue::kSwiglu, false>();
-  r.resident[1][1] = query_resident_clusters<128, GemmEpilogue::kScaleFp32, false>();
-  r.resident[1][2] = query_resident_clusters<128, GemmEpilogue::kSwiglu, true>();
-  r.resident[2][0] = query_resident_clusters<256, GemmEpilogue::kSwiglu, false>();
-  r.resident[2][1] = query_resident_clusters<256, GemmEpilogue::kScaleFp32, false>();
-  r.resident[2][2] = query_resident_clusters<256, GemmEpilogue::kSwiglu, true>();
+  r.resident[0][0] = query_resident_clusters<64, GemmEpilogue::kSwiglu>();
+  r.resident[0][1] = query_resident_clusters<64, GemmEpilogue::kScaleFp32>();
+  r.resident[1][0] = query_resident_clusters<128, GemmEpilogue::kSwiglu>();
+  r.resident[1][1] = query_resident_clusters<128, GemmEpilogue::kScaleFp32>();
+  r.resident[2][0] = query_resident_clusters<256, GemmEpilogue::kSwiglu>();
+  r.resident[2][1] = query_resident_clusters<256, GemmEpilogue::kScaleFp32>();
   std::lock_guard<std::mutex> lock(g_residency_mutex);
   for (ClusterResidency& existing : g_residency)
     if (existing.device == r.device) return void(existing = r);
@@ -587,6 +593,9 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int ti
   FP4MOE_CHECK(args.a && args.w_packed && args.w_scales && args.scale_first && args.out, "sm90 regw GEMM: null operand pointer");
   FP4MOE_CHECK(!args.a_slots || (args.top_k > 0 && args.rows % args.top_k == 0),
                "sm90 regw GEMM: with a_slots, rows (", args.rows, ") must be tokens x top_k (", args.top_k, ")");
+  FP4MOE_CHECK(!args.a_slots || args.rows / args.top_k * (args.k / 8) < (int64_t{1} << 32) - 1,
+               "sm90 regw GEMM: the hidden states (", args.rows / std::max(args.top_k, 1), " x ", args.k,
+               ") are too large for 32-bit row offsets");
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(args.a) % 16 == 0 && reinterpret_cast<uintptr_t>(args.w_packed) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(args.w_scales) % 16 == 0,
                "sm90 regw GEMM: A and the weights must be 16-byte aligned (TMA / bulk copies)");
@@ -599,7 +608,7 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int ti
   const Params p{args.w_packed, args.w_scales, static_cast<int>(n_tiles), static_cast<int>(n_units), static_cast<int>(args.k / kBk),
                  static_cast<int>(args.n), args.scale_first, args.scale_second, args.input_scale,
                  args.route.tile_expert, args.route.tile_row_begin, args.route.num_tiles, args.route.expert_offsets,
-                 args.a_slots, args.top_k, args.out};
+                 args.a, args.a_slots, args.top_k, static_cast<int>(args.k / 8), args.out};
   FP4MOE_CHECK(cluster == 0 || cluster == 1 || cluster == 2, "sm90 regw GEMM: cluster size ", cluster, " is not 0 (auto), 1 or 2");
   FP4MOE_CHECK(cluster != 2 || n_units % 2 == 0, "sm90 regw GEMM: a 2-CTA cluster needs an even number of weight units per token tile (",
                n_units, ")");
@@ -607,8 +616,11 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int ti
                ")");
   // Pairs of units share a token tile when there are pairs to make (every shape of the presets), the
   // caller's SM cap leaves room for a cluster and the device runs one (MIG / MPS limits may not).
+  // Rows read through the slots (cp.async) run in single CTAs.
+  FP4MOE_CHECK(!args.a_slots || cluster != 2, "sm90 regw GEMM: rows read through a_slots run in single CTAs (cluster 2 forced)");
   const int c = cluster != 0 ? cluster
-                             : (n_units % 2 == 0 && args.num_sms >= 2 && resident_clusters(tile_tokens, epilogue, args.a_slots) > 0 ? 2 : 1);
+                : args.a_slots ? 1
+                               : (n_units % 2 == 0 && args.num_sms >= 2 && resident_clusters(tile_tokens, epilogue) > 0 ? 2 : 1);
   const int64_t groups = args.max_tiles * (n_units / c);  // upper bound on the work items per CTA group
   switch (tile_tokens) {
     case 64: return launch_epi<64>(args, p, c, groups, epilogue, stream);

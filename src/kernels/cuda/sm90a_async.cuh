@@ -81,6 +81,16 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtens
       "l"(map), "r"(x), "r"(y), "r"(bar), "h"(cta_mask)
       : "memory");
 }
+// 16 bytes global -> shared by the issuing thread (cp.async, L2 only; generic proxy: a consumer through
+// the async proxy, e.g. wgmma, needs fence_proxy_async after it has seen the copy complete).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+// An arrival on the mbarrier once all of this thread's earlier cp.async have completed; .noinc: the
+// arrival is counted in the barrier's initial count.
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

@@ -414,12 +414,12 @@ TEST(CudaSm90PrefillGemm, RegwClustersGiveTheSameBitsAsSingleCtas) {
   }
 }
 
-// GEMM1 reading its token rows from the hidden states through the sorted slots (one TMA row per token
-// row, no gather) gives the bits of the same GEMM on the gathered rows: every token tile, single CTAs and
-// 2-CTA clusters (each CTA loads its half of the rows, multicast), the full grid and 4 SMs. top_k = 2, so
-// sorted row r reads hidden row slot / 2 and the slots of a token may share an expert; partial tiles of
-// every 32-token width load only their rows rounded up to 32 (the expected bytes must match, or the
-// barrier hangs). The SwiGLU output is poisoned first: every h value must be written.
+// GEMM1 reading its token rows from the hidden states through the sorted slots (cp.async by the producer
+// threads into the swizzled tile, no gather) gives the bits of the same GEMM on the gathered rows, with
+// and without 2-CTA clusters there: every token tile, the full grid and 4 SMs (many items per CTA). top_k
+// = 2, so sorted row r reads hidden row slot / 2 and the slots of a token may share an expert; partial
+// tiles of every 32-token width copy only their rows rounded up to 32. The SwiGLU output is poisoned
+// first: every h value must be written. A forced 2-CTA cluster is an error with slots.
 TEST(CudaSm90PrefillGemm, RegwGemm1ThroughSlotsGivesTheBitsOfGatheredRows) {
   REQUIRE_SM90(device);
   configure_sm90_regw_kernels();
@@ -465,12 +465,13 @@ TEST(CudaSm90PrefillGemm, RegwGemm1ThroughSlotsGivesTheBitsOfGatheredRows) {
     };
     const std::vector<uint16_t> want = run(false, device->multiprocessors, 1);
     test::expect_all_written_and_finite(want, "sm90 regw SwiGLU on gathered rows, tile " + std::to_string(tile));
-    for (const auto& [sms, cluster] : std::vector<std::pair<int, int>>{
-             {device->multiprocessors, 1}, {device->multiprocessors, 2}, {4, 1}, {4, 2}}) {
+    EXPECT_TRUE(run(false, device->multiprocessors, 2) == want) << "tile " << tile << ": clusters on gathered rows";
+    for (const auto& [sms, cluster] : std::vector<std::pair<int, int>>{{device->multiprocessors, 0}, {4, 1}}) {
       const std::vector<uint16_t> got = run(true, sms, cluster);
       EXPECT_TRUE(got == want) << "tile " << tile << ", " << sms << " SMs, cluster " << cluster
                                << ": rows read through the slots differ from the gathered rows";
     }
+    EXPECT_THROW(run(true, device->multiprocessors, 2), Error) << "tile " << tile;
   }
 }
 
