@@ -25,10 +25,14 @@ constexpr std::string_view kId = "cuda.sm90.prefill.v1";
 // smem kernel's accumulator layout). FP4MOE_SM90_PREFILL_KERNEL = "smem" | "regw" | "regw64" |
 // "regw128" | "regw256" overrides it for measurements (unset or "auto": the default; anything else
 // is an error at prepare()).
+// How the register-weight kernel's GEMM1 gets its token rows: per tile as measured
+// (sm90_regw_gemm1_reads_slots), or forced.
+enum class Gemm1Rows { kAuto, kGathered, kSlots };
 struct KernelChoice {
   bool regw = true;
   int fixed_tile_tokens = 0;  // 0: sm90_regw_choose_tile_tokens per call
   int cluster = 0;            // register-weight kernel: 0 auto (2-CTA clusters when possible), 1 or 2 forced
+  Gemm1Rows gemm1_rows = Gemm1Rows::kAuto;
 };
 // FP4MOE_SM90_REGW_CLUSTER = "1" | "2" | "auto" (measurement knob; unset = auto; anything else is an error).
 int regw_cluster_from_env() {
@@ -38,14 +42,29 @@ int regw_cluster_from_env() {
   FP4MOE_CHECK(v == "1" || v == "2", "cuda.sm90.prefill: FP4MOE_SM90_REGW_CLUSTER=", v, " is not 1, 2 or auto");
   return v == "1" ? 1 : 2;
 }
+// FP4MOE_SM90_GEMM1_ROWS = "gathered" | "slots" | "auto" (measurement knob; unset = auto; anything else
+// is an error).
+Gemm1Rows gemm1_rows_from_env() {
+  const char* env = std::getenv("FP4MOE_SM90_GEMM1_ROWS");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "auto") return Gemm1Rows::kAuto;
+  FP4MOE_CHECK(v == "gathered" || v == "slots", "cuda.sm90.prefill: FP4MOE_SM90_GEMM1_ROWS=", v,
+               " is not gathered, slots or auto");
+  return v == "slots" ? Gemm1Rows::kSlots : Gemm1Rows::kGathered;
+}
 KernelChoice choose_kernel(ActivationMode mode) {
   KernelChoice c;
   c.regw = mode != ActivationMode::kW4A4;
   c.cluster = regw_cluster_from_env();
+  c.gemm1_rows = gemm1_rows_from_env();
+  // The slots path runs single CTAs (cp.async cannot multicast): a forced 2-CTA cluster means gathered rows.
+  FP4MOE_CHECK(c.cluster != 2 || c.gemm1_rows != Gemm1Rows::kSlots, "cuda.sm90.prefill: FP4MOE_SM90_REGW_CLUSTER=2 and "
+               "FP4MOE_SM90_GEMM1_ROWS=slots exclude each other (GEMM1 reading through the slots runs single CTAs)");
+  if (c.cluster == 2) c.gemm1_rows = Gemm1Rows::kGathered;
   const char* env = std::getenv("FP4MOE_SM90_PREFILL_KERNEL");
   const std::string v = env ? env : "";
   if (v.empty() || v == "auto") return c;
-  if (v == "smem") return KernelChoice{false, 0, 0};
+  if (v == "smem") return KernelChoice{false, 0, 0, Gemm1Rows::kAuto};
   FP4MOE_CHECK(v == "regw" || v == "regw64" || v == "regw128" || v == "regw256", "cuda.sm90.prefill: FP4MOE_SM90_PREFILL_KERNEL=",
                v, " is not smem, regw, regw64, regw128, regw256 or auto");
   FP4MOE_CHECK(mode != ActivationMode::kW4A4, "cuda.sm90.prefill: W4A4 runs only the smem kernel (FP4MOE_SM90_PREFILL_KERNEL=",
@@ -90,10 +109,15 @@ class PreparedSm90Prefill final : public PreparedMoe {
              : choice_.fixed_tile_tokens ? choice_.fixed_tile_tokens
                                          : sm90_regw_choose_tile_tokens(tokens, K, E);
     };
-    // The register-weight kernel's GEMM1 loads its token rows from the hidden states one TMA row at a
-    // time through the sorted slots (no gather); the smem kernel's token tiles are TMA boxes of
-    // contiguous gathered rows.
-    run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, /*gemm1_reads_hidden=*/choice_.regw,
+    // The register-weight kernel's GEMM1 copies its token rows from the hidden states through the sorted
+    // slots at the tiles where that is faster (no gather pass); otherwise, and in the smem kernel, the
+    // token tiles are TMA boxes of contiguous gathered rows. (A valid T only: run_expert_pipeline checks.)
+    const bool in_range = args.tokens >= 0 && args.tokens <= max_tokens_;
+    const bool gemm1_reads_hidden =
+        choice_.regw && in_range &&
+        (choice_.gemm1_rows == Gemm1Rows::kAuto ? sm90_regw_gemm1_reads_slots(choose_tile_m(args.tokens))
+                                                : choice_.gemm1_rows == Gemm1Rows::kSlots);
+    run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, gemm1_reads_hidden,
                         choose_tile_m, [&](const PipelineRun& run, const ExpertGemm& gemm) {
                           Sm90GemmArgs g;
                           static_cast<GroupedGemmOperands&>(g) = gemm;

@@ -69,6 +69,10 @@ void repack_nvfp4_for_sm90_regw(const Nvfp4View& m, std::span<const int64_t> sou
 // The token tile for a call: the least expected cost (per-tile overhead + per-column cost, partial
 // tiles at their rows rounded up to 32) for the average rows per expert; fitted on the H200.
 int sm90_regw_choose_tile_tokens(int64_t tokens, int top_k, int num_experts);
+// Whether GEMM1 at this token tile is faster reading the hidden rows through the sorted slots (a_slots:
+// cp.async by the producer threads, single CTAs) than on gathered rows (a gather pass, then multicast TMA
+// tiles in 2-CTA clusters); measured on the H200, data in the tile table. Error for an unknown tile.
+bool sm90_regw_gemm1_reads_slots(int tile_tokens);
 // Largest dynamic shared memory over the compiled token tiles.
 size_t sm90_regw_smem_bytes();
 void configure_sm90_regw_kernels();

@@ -53,10 +53,13 @@ struct RegwConfig {
   double tile_cost;    // cost of one token tile over all weight rows = tile_cost + column_cost x its wgmma
   double column_cost;  // N (tokens rounded up to 32); relative units, fitted on the H200 (see
                        // sm90_regw_choose_tile_tokens and docs/perf/2026-11-30-h200-sm90-prefill-r3.md)
+  bool gemm1_slots;    // GEMM1 faster reading the hidden rows through the slots (cp.async) than with a
+                       // gather pass + multicast TMA tiles (H200: docs/perf/2026-11-30-h200-r6.md)
 };
 // 256 weight rows per item where the accumulators fit (2 x tokens / 2 registers): the token tile is
 // then read from L2 once per 256 weight rows instead of 128 (L2 -> SM traffic per MMA ~0.6x).
-constexpr RegwConfig kRegwConfigs[] = {{64, 2, 12, 258.0, 2.58}, {128, 2, 8, 261.0, 2.59}, {256, 1, 6, 334.0, 2.67}};
+constexpr RegwConfig kRegwConfigs[] = {
+    {64, 2, 12, 258.0, 2.58, true}, {128, 2, 8, 261.0, 2.59, true}, {256, 1, 6, 334.0, 2.67, false}};
 constexpr int kThreads = 384;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kBn = kSm90RegwTileN, kBk = 64;
@@ -67,7 +70,7 @@ constexpr int kRawBytes = kPackedBytes + kScaleBytes;
 constexpr RegwConfig regw_config(int tokens) {
   for (const RegwConfig& c : kRegwConfigs)
     if (c.tokens == tokens) return c;
-  return {0, 0, 0, 0.0, 0.0};
+  return {0, 0, 0, 0.0, 0.0, false};
 }
 template <int T>
 struct RegwLayout {
@@ -560,6 +563,12 @@ int sm90_regw_choose_tile_tokens(int64_t tokens, int top_k, int num_experts) {
     if (best == 0 || cost < best_cost) best = c.tokens, best_cost = cost;
   }
   return best;
+}
+
+bool sm90_regw_gemm1_reads_slots(int tile_tokens) {
+  const RegwConfig c = regw_config(tile_tokens);
+  FP4MOE_CHECK(c.tokens != 0, "sm90 regw GEMM: token tile ", tile_tokens, " is not compiled");
+  return c.gemm1_slots;
 }
 
 size_t sm90_regw_smem_bytes() {

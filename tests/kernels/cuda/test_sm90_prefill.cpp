@@ -332,6 +332,11 @@ TEST(CudaSm90PrefillGemm, RegwTileChoiceForMeasuredShapes) {
   EXPECT_EQ(sm90_regw_choose_tile_tokens(1024, 10, 512), 64);    // qwen3.5-397b: 20
   EXPECT_EQ(sm90_regw_choose_tile_tokens(4096, 10, 512), 128);   // 80
   EXPECT_EQ(sm90_regw_choose_tile_tokens(16384, 10, 512), 256);  // 320 (256 + a partial tile of ~64)
+  // GEMM1 through the slots where measured faster (tiles 64 and 128), gathered rows at 256.
+  EXPECT_TRUE(sm90_regw_gemm1_reads_slots(64));
+  EXPECT_TRUE(sm90_regw_gemm1_reads_slots(128));
+  EXPECT_FALSE(sm90_regw_gemm1_reads_slots(256));
+  EXPECT_THROW(sm90_regw_gemm1_reads_slots(96), Error);
   for (int64_t t : {0, 1, 7, 300, 100000}) {
     const int tile = sm90_regw_choose_tile_tokens(t, 8, 128);
     EXPECT_TRUE(std::find(std::begin(kSm90RegwTileTokens), std::end(kSm90RegwTileTokens), tile) != std::end(kSm90RegwTileTokens))
