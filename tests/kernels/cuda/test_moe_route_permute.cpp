@@ -150,50 +150,60 @@ TEST(CudaMoeAlign, StableCountingSortAndTiles) {
 }
 
 // W4A4 gather = ModelOpt NVFP4 quantization with the expert's input scale, bit for bit, stored as
-// e2m1 * e4m3 (the input scale is the GEMM epilogue's); W4A16 gather = a plain copy.
+// e2m1 * e4m3 (the input scale is the GEMM epilogue's); W4A16 gather = a plain copy. Rows past the
+// routed ones (two slots routed nowhere) are zeros; the rows are poisoned before each gather. H = 512
+// and 1040 (65 16-value blocks per row: a CTA whose last warp is partial).
 TEST(CudaMoeGather, W4A4QuantizationIsBitExact) {
   FP4MOE_REQUIRE_SM80(device);
-  const int64_t T = 37, K = 3, H = 512;
+  const int64_t T = 37, K = 3;
   const int E = 8;
-  std::vector<float> hidden = synthetic_activations(T, H, 5, 1.0);
-  for (int64_t c = 0; c < 16; ++c) hidden[3 * H + c] = 0.0f;  // an all-zero block
-  for (int64_t c = 16; c < 32; ++c) hidden[4 * H + c] *= 4096.0f;  // saturating blocks (scale clamps to 448)
-  for (int64_t c = 32; c < 48; ++c) hidden[5 * H + c] = round_to_bf16(hidden[5 * H + c] * 1e-4f);  // tiny: subnormal scales
-  std::vector<float> scales(E);
-  for (int e = 0; e < E; ++e) scales[e] = nvfp4_tensor_scale_for_amax(0.5f + 3.0f * e);
-  std::vector<int32_t> ids(T * K);
-  for (int64_t i = 0; i < T * K; ++i) ids[i] = static_cast<int32_t>((i * 5 + i / K) % E);
+  for (const int64_t H : {int64_t{512}, int64_t{1040}}) {
+    std::vector<float> hidden = synthetic_activations(T, H, 5, 1.0);
+    for (int64_t c = 0; c < 16; ++c) hidden[3 * H + c] = 0.0f;  // an all-zero block
+    for (int64_t c = 16; c < 32; ++c) hidden[4 * H + c] *= 4096.0f;  // saturating blocks (scale clamps to 448)
+    for (int64_t c = 32; c < 48; ++c) hidden[5 * H + c] = round_to_bf16(hidden[5 * H + c] * 1e-4f);  // tiny: subnormal scales
+    std::vector<float> scales(E);
+    for (int e = 0; e < E; ++e) scales[e] = nvfp4_tensor_scale_for_amax(0.5f + 3.0f * e);
+    std::vector<int32_t> ids(T * K);
+    for (int64_t i = 0; i < T * K; ++i) ids[i] = static_cast<int32_t>((i * 5 + i / K) % E);
+    ids[7] = -1, ids[20] = E;  // routed nowhere
+    const int64_t routed = T * K - 2;
 
-  const size_t bytes = moe_route_workspace_bytes(T, K, E, 16);
-  DeviceBuffer ws(bytes);
-  const MoeRouteBuffers b = carve_moe_route_workspace(ws.get(), T, K, E, 16);
-  FP4MOE_CUDA_CHECK(cudaMemcpy(b.topk_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-  launch_moe_align(b, T, K, E, 16, nullptr);
-  DeviceBuffer d_hidden = DeviceBuffer::from_host(test::to_bf16_bits(hidden)), d_scales = DeviceBuffer::from_host(scales);
-  DeviceBuffer d_rows(T * K * H * 2);
-  std::vector<int32_t> sorted(T * K);
-  for (bool w4a4 : {false, true}) {
-    launch_moe_gather(d_hidden.get(), b, T, K, E, H, w4a4 ? d_scales.as<float>() : nullptr, d_rows.get(), nullptr);
-    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-    FP4MOE_CUDA_CHECK(cudaMemcpy(sorted.data(), b.sorted_slots, sorted.size() * 4, cudaMemcpyDeviceToHost));
-    const auto rows = d_rows.to_host<uint16_t>();
-    int64_t bad = 0;
-    for (int64_t r = 0; r < T * K; ++r) {
-      const int32_t slot = sorted[r];
-      const std::span<const float> x(hidden.data() + (slot / K) * H, static_cast<size_t>(H));
-      std::vector<float> expected(x.begin(), x.end());
-      if (w4a4) {
-        const Nvfp4Matrix q = quantize_nvfp4(x, 1, H, scales[ids[slot]]);
-        for (int64_t c = 0; c < H; ++c)
-          expected[c] = e2m1_decode(nvfp4_code_at(q.view(), 0, c)) * e4m3_decode(q.scales[c / 16]);
+    const size_t bytes = moe_route_workspace_bytes(T, K, E, 16);
+    DeviceBuffer ws(bytes);
+    const MoeRouteBuffers b = carve_moe_route_workspace(ws.get(), T, K, E, 16);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(b.topk_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    launch_moe_align(b, T, K, E, 16, nullptr);
+    DeviceBuffer d_hidden = DeviceBuffer::from_host(test::to_bf16_bits(hidden)), d_scales = DeviceBuffer::from_host(scales);
+    DeviceBuffer d_rows(T * K * H * 2);
+    std::vector<int32_t> sorted(T * K);
+    for (bool w4a4 : {false, true}) {
+      FP4MOE_CUDA_CHECK(cudaMemset(d_rows.get(), 0xFF, d_rows.bytes()));
+      launch_moe_gather(d_hidden.get(), b, T, K, E, H, w4a4 ? d_scales.as<float>() : nullptr, d_rows.get(), nullptr);
+      FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+      FP4MOE_CUDA_CHECK(cudaMemcpy(sorted.data(), b.sorted_slots, sorted.size() * 4, cudaMemcpyDeviceToHost));
+      const auto rows = d_rows.to_host<uint16_t>();
+      int64_t bad = 0;
+      for (int64_t r = 0; r < T * K; ++r) {
+        std::vector<float> expected(static_cast<size_t>(H), 0.0f);
+        if (r < routed) {
+          const int32_t slot = sorted[r];
+          const std::span<const float> x(hidden.data() + (slot / K) * H, static_cast<size_t>(H));
+          expected.assign(x.begin(), x.end());
+          if (w4a4) {
+            const Nvfp4Matrix q = quantize_nvfp4(x, 1, H, scales[ids[slot]]);
+            for (int64_t c = 0; c < H; ++c)
+              expected[c] = e2m1_decode(nvfp4_code_at(q.view(), 0, c)) * e4m3_decode(q.scales[c / 16]);
+          }
+        }
+        for (int64_t c = 0; c < H; ++c) {
+          if (!(bf16_to_float(rows[r * H + c]) == expected[c]) && bad++ < 5)
+            ADD_FAILURE() << (w4a4 ? "W4A4" : "W4A16") << " H " << H << " row " << r << " col " << c << ": "
+                          << bf16_to_float(rows[r * H + c]) << " vs " << expected[c];
+        }
       }
-      for (int64_t c = 0; c < H; ++c) {
-        if (bf16_to_float(rows[r * H + c]) != expected[c] && bad++ < 5)
-          ADD_FAILURE() << (w4a4 ? "W4A4" : "W4A16") << " row " << r << " col " << c << ": "
-                        << bf16_to_float(rows[r * H + c]) << " vs " << expected[c];
-      }
+      EXPECT_EQ(bad, 0) << "H " << H;
     }
-    EXPECT_EQ(bad, 0);
   }
 }
 
