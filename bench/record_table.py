@@ -1,8 +1,59 @@
 #!/usr/bin/env python3
-"""Markdown table of a `fp4moe bench moe --json` report, for docs/perf records (numbers are never
-typed by hand). Usage: python3 bench/record_table.py REPORT.json"""
+"""Markdown tables for docs/perf records (numbers are never typed by hand).
+
+  python3 bench/record_table.py REPORT.json
+      one `fp4moe bench moe --json` report.
+  python3 bench/record_table.py --combine "WHAT" DIR > AB.json
+      the reports DIR/<side>-r<round>-<preset>.json of an interleaved comparison (tools/gpu/ab.sh: sides
+      a and b; or knob values) as one JSON {"what": WHAT, "runs": {"<side>-r<round>-<preset>": report}}.
+  python3 bench/record_table.py --ab AB.json
+      its table: per backend, preset and T the median of each run per side, and the ratio of the second
+      side's median over the runs to the first's.
+"""
+import glob
 import json
+import os
+import re
+import statistics
 import sys
+
+RUN_NAME = re.compile(r"^(?P<side>[A-Za-z0-9_]+)-r(?P<round>[0-9]+)-(?P<preset>.+)$")
+
+
+def combine(what, folder):
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        name = os.path.basename(path)[:-len(".json")]
+        if RUN_NAME.match(name):
+            runs[name] = json.load(open(path))
+    if not runs:
+        sys.exit(f"no <side>-r<round>-<preset>.json reports in {folder}")
+    json.dump({"what": what, "runs": runs}, sys.stdout, indent=1, sort_keys=True)
+    print()
+
+
+def ab_table(path):
+    ab = json.load(open(path))
+    sides, times = [], {}  # (side, backend, preset, T) -> [us median per run]
+    for name in sorted(ab["runs"], key=lambda n: (int(RUN_NAME.match(n)["round"]), n)):
+        m = RUN_NAME.match(name)
+        side = m["side"]
+        if side not in sides:
+            sides.append(side)
+        for b in ab["runs"][name]["backends"]:
+            for p in b.get("points", []):
+                times.setdefault((side, b["id"], m["preset"], p["tokens"]), []).append(p)
+    if len(sides) != 2:
+        sys.exit(f"{path}: expected two sides, found {sides}")
+    first, second = sides
+    print(f"| backend | preset | T | {first} us (TFLOP/s) | {second} us (TFLOP/s) | {second}/{first} (medians) |")
+    print("|---|---|---:|---|---|---:|")
+    for key in sorted(k for k in times if k[0] == first):
+        _, backend, preset, t = key
+        a, b = times[key], times.get((second, backend, preset, t), [])
+        cell = lambda pts: ", ".join(f"{p['us_median']:.1f} ({p['tflops']:.1f})" for p in pts) or "-"
+        ratio = (statistics.median(p["us_median"] for p in b) / statistics.median(p["us_median"] for p in a)) if b else float("nan")
+        print(f"| {backend} | {preset} | {t} | {cell(a)} | {cell(b)} | {ratio:.3f} |")
 
 
 def main(path):
@@ -62,4 +113,11 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) == 4 and sys.argv[1] == "--combine":
+        combine(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--ab":
+        ab_table(sys.argv[2])
+    elif len(sys.argv) == 2:
+        main(sys.argv[1])
+    else:
+        sys.exit(__doc__)

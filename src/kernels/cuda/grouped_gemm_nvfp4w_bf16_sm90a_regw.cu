@@ -11,13 +11,14 @@
 // CTA = 3 warpgroups, one per SM, persistent: item i = (token tile i / units, unit i % units), a unit
 // = `frags` 128-row N tiles; CTA c takes items c, c + grid, ... (static: deterministic, no atomics).
 // WG0 (setmaxnreg 40): one thread issues per K block the token tile's TMA and the bulk copies of the
-// unit's packed codes + E4M3 scales onto the stage's full barrier; GEMM1 (SwiGLU) may instead read its
-// token rows straight from the hidden states through the sorted slots (no gather pass: 4 % of the
-// layer at qwen3-235b / 4096 tokens): then the producer's 128 threads copy them with cp.async into the
-// 128-byte-swizzled tile (one TMA per 128-byte row was measured 19 % slower at qwen3-235b / 4096). WG1-2 (setmaxnreg 232): 64 or 128
-// weight rows each; per K block a 16-byte LDS + 8 table lookups per 64 rows -> 16 bf16x2 registers
-// (decode_word: 11 integer operations per 4 bf16x2, then one HMUL2 each with the scale entry),
-// then 4 (or 8) wgmma m64nTk16 with fp32 accumulators; the epilogues are the sm80 ones, transposed.
+// unit's packed codes + E4M3 scales onto the stage's full barrier. GEMM1 (SwiGLU) may instead read its
+// token rows straight from the hidden states through the sorted slots (no gather pass): then the
+// producer's 128 threads copy them with cp.async into the 128-byte-swizzled tile, where the token tile
+// table says it is faster (one TMA per 128-byte row was measured 19 % slower at qwen3-235b / 4096).
+// WG1-2 (setmaxnreg 232): 64 or 128 weight rows each; per K block a 16-byte LDS + 8 table lookups per
+// 64 rows -> 16 bf16x2 registers (decode_word: 11 integer operations per 4 bf16x2, then one HMUL2 each
+// with the scale entry), then 4 (or 8) wgmma m64nTk16 with fp32 accumulators; the epilogues are the
+// sm80 ones, transposed.
 #include <cuda_bf16.h>
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // PTX wrappers shared by the two sm_90a grouped GEMMs of cuda.sm90.prefill.v1
 // (grouped_gemm_nvfp4w_bf16_sm90a.cu: dequantized weights in shared memory;
 // grouped_gemm_nvfp4w_bf16_sm90a_regw.cu: dequantized weights in registers): mbarriers, the TMA
-// tile load and the 1-D bulk copy, wgmma fences and the K-major 128-byte-swizzle shared-memory
+// tile load, the 1-D bulk copy and cp.async onto an mbarrier, wgmma fences and the K-major 128-byte-swizzle shared-memory
 // descriptor, plus the driver's cuTensorMapEncodeTiled (resolved once per process). Device code here
 // compiles for sm_90a only; include it from those two files and nowhere else.
 #pragma once
