@@ -79,7 +79,7 @@ inline RouteParams make_route_params(const RoutingConfig& config, const float* l
 }
 
 // Routes one token with one warp (all 32 lanes call it). score/value: 2 * E floats of scratch owned by
-// the warp (shared memory). Writes ids_out[k] and weights_out[k] for k < K (global or shared memory).
+// the warp (shared memory; `score` is used by sigmoid_grouped_topk only). Writes ids_out[k] and weights_out[k] for k < K (global or shared memory).
 __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t token, float* score, float* value,
                                                  int32_t* ids_out, float* weights_out) {
   const int lane = threadIdx.x % 32;
@@ -87,31 +87,31 @@ __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t t
   const float* row = p.logits + token * E;
   const bool sigmoid = p.method == static_cast<int>(RoutingMethod::kSigmoidGroupedTopk);
   // The logits first, all loads in flight together (a load-use loop would wait one memory latency per
-  // few experts), staged in `value`.
+  // few experts), staged in `value` (the weights below read other lanes' experts there).
   float logits[kExpertsPerLane];
 #pragma unroll
   for (int j = 0; j < kExpertsPerLane; ++j) logits[j] = lane + 32 * j < E ? row[lane + 32 * j] : 0.0f;
 #pragma unroll
   for (int j = 0; j < kExpertsPerLane; ++j)
     if (lane + 32 * j < E) value[lane + 32 * j] = logits[j];
-  for (int e = lane; e < E; e += 32) {
-    const float l = value[e];
-    if (sigmoid) {
+  // This lane's experts' ordered bits, in registers (fully unrolled: static indices): bits[j] is
+  // expert lane + 32 j, 0 past E. Softmax methods select on the logits themselves (no shared-memory
+  // round trip); sigmoid_grouped_topk on fp32(sigmoid) + bias, also kept in `score` for the group sums.
+  uint32_t bits[kExpertsPerLane];
+  if (sigmoid) {
+    for (int e = lane; e < E; e += 32) {
       // Sigmoid in double, rounded once (as route_reference): identical selection scores.
-      const float s = static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(l))));
+      const float s = static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(value[e]))));
       value[e] = s;
       score[e] = __fadd_rn(s, p.bias ? p.bias[e] : 0.0f);
-    } else {
-      value[e] = l;
-      score[e] = l;
     }
-  }
-  __syncwarp();
-  // This lane's experts' ordered bits, in registers (fully unrolled: static indices): bits[j] is
-  // expert lane + 32 j, 0 past E.
-  uint32_t bits[kExpertsPerLane];
 #pragma unroll
-  for (int j = 0; j < kExpertsPerLane; ++j) bits[j] = lane + 32 * j < E ? ordered_score_bits(score[lane + 32 * j]) : 0u;
+    for (int j = 0; j < kExpertsPerLane; ++j) bits[j] = lane + 32 * j < E ? ordered_score_bits(score[lane + 32 * j]) : 0u;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kExpertsPerLane; ++j) bits[j] = lane + 32 * j < E ? ordered_score_bits(logits[j]) : 0u;
+  }
+  __syncwarp();  // `value` (and `score`) complete before any lane reads another lane's experts
 
   // Group restriction (sigmoid_grouped_topk): keep the topk_group groups with the largest sum of their
   // top-2 selection scores; the other groups' experts leave the selection (their bit in `out` is set).
