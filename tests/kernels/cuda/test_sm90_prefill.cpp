@@ -9,15 +9,18 @@
 // only what the parameterized suite (test_moe_backend_suite.cpp, which runs this backend too: model
 // sweeps, adversarial routing, graph replay, bit identity, E4M3 extremes) lacks: the qwen3-235b-a22b
 // shape at 1..4096 tokens W4A16 and W4A4 and all its tokens on one expert, against moe_reference,
-// and the supports() rules. GPU tests skip with the reason unless the GPU is SM 9.0.
+// the supports() rules and the measurement knobs. GPU tests skip with the reason unless the GPU is SM 9.0.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -534,6 +537,44 @@ TEST(CudaSm90Prefill, SupportsRules) {
   MoeProblem odd = problem;
   odd.inter = 96;
   EXPECT_FALSE(backend->supports(odd, hopper).ok);
+}
+
+// The measurement knobs (host only, read where the backend chooses its kernel): unknown values are
+// errors, and GEMM1 through the slots (single CTAs) cannot be combined with forced 2-CTA clusters.
+TEST(CudaSm90Prefill, MeasurementKnobsRejectBadValues) {
+  struct EnvRestore {  // the knobs as the process had them
+    std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+    explicit EnvRestore(std::initializer_list<const char*> names) {
+      for (const char* n : names) {
+        const char* v = std::getenv(n);
+        saved.emplace_back(n, v ? std::optional<std::string>(v) : std::nullopt);
+      }
+    }
+    ~EnvRestore() {
+      for (const auto& [n, v] : saved) {
+        if (v) setenv(n.c_str(), v->c_str(), 1);
+        else unsetenv(n.c_str());
+      }
+    }
+  } restore({"FP4MOE_SM90_GEMM1_ROWS", "FP4MOE_SM90_REGW_CLUSTER", "FP4MOE_SM90_PREFILL_KERNEL"});
+  unsetenv("FP4MOE_SM90_PREFILL_KERNEL");
+  unsetenv("FP4MOE_SM90_REGW_CLUSTER");
+  const MoeProblem problem = moe_problem_for(model_preset("qwen3.5-397b-a17b"), ActivationMode::kW4A16);
+  auto backend = find_moe_backend(kBackendId);
+  const DeviceInfo any;
+  for (const char* ok : {"gathered", "slots", "auto"}) {
+    setenv("FP4MOE_SM90_GEMM1_ROWS", ok, 1);
+    EXPECT_FALSE(backend->variant_token_counts(problem, 4096, any).empty()) << ok;
+  }
+  setenv("FP4MOE_SM90_GEMM1_ROWS", "gather", 1);
+  EXPECT_THROW(backend->variant_token_counts(problem, 4096, any), Error);
+  setenv("FP4MOE_SM90_GEMM1_ROWS", "slots", 1);
+  setenv("FP4MOE_SM90_REGW_CLUSTER", "2", 1);
+  EXPECT_THROW(backend->variant_token_counts(problem, 4096, any), Error);
+  setenv("FP4MOE_SM90_GEMM1_ROWS", "auto", 1);
+  EXPECT_FALSE(backend->variant_token_counts(problem, 4096, any).empty()) << "forced clusters with automatic rows";
+  setenv("FP4MOE_SM90_REGW_CLUSTER", "3", 1);
+  EXPECT_THROW(backend->variant_token_counts(problem, 4096, any), Error);
 }
 
 }  // namespace
