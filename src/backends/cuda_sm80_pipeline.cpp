@@ -50,7 +50,8 @@ class PreparedSm80Pipeline final : public PreparedMoe {
 
   void run(const MoeRunArgs& args) override {
     const int K = static_cast<int>(problem_.top_k), E = static_cast<int>(problem_.num_experts);
-    run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, /*gemm1_reads_hidden=*/true,
+    // W4A16's GEMM1 reads the hidden rows through the sorted slots at every M tile (no gather).
+    run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, [](int) { return true; },
                         [&](int64_t tokens) { return sm80_pipeline_tile_m(tokens, K, E, large_tile_ok_); },
                         [&](const PipelineRun& run, const ExpertGemm& gemm) {
                           GroupedGemmArgs g;

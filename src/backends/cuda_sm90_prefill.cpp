@@ -111,12 +111,11 @@ class PreparedSm90Prefill final : public PreparedMoe {
     };
     // The register-weight kernel's GEMM1 copies its token rows from the hidden states through the sorted
     // slots at the tiles where that is faster (no gather pass); otherwise, and in the smem kernel, the
-    // token tiles are TMA boxes of contiguous gathered rows. (A valid T only: run_expert_pipeline checks.)
-    const bool in_range = args.tokens >= 0 && args.tokens <= max_tokens_;
-    const bool gemm1_reads_hidden =
-        choice_.regw && in_range &&
-        (choice_.gemm1_rows == Gemm1Rows::kAuto ? sm90_regw_gemm1_reads_slots(choose_tile_m(args.tokens))
-                                                : choice_.gemm1_rows == Gemm1Rows::kSlots);
+    // token tiles are TMA boxes of contiguous gathered rows.
+    auto gemm1_reads_hidden = [&](int tile_m) {
+      return choice_.regw && (choice_.gemm1_rows == Gemm1Rows::kAuto ? sm90_regw_gemm1_reads_slots(tile_m)
+                                                                     : choice_.gemm1_rows == Gemm1Rows::kSlots);
+    };
     run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, gemm1_reads_hidden,
                         choose_tile_m, [&](const PipelineRun& run, const ExpertGemm& gemm) {
                           Sm90GemmArgs g;

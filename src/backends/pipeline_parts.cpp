@@ -79,8 +79,8 @@ PipelineWorkspace::Parts PipelineWorkspace::carve(void* workspace) const {
 
 void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem, int64_t max_tokens,
                          const DeviceExpertWeights& weights, const PipelineWorkspace& workspace,
-                         const MoeRunArgs& args, bool gemm1_reads_hidden, const ChooseTileM& choose_tile_m,
-                         const LaunchExpertGemm& launch_gemm) {
+                         const MoeRunArgs& args, const Gemm1ReadsHidden& gemm1_reads_hidden,
+                         const ChooseTileM& choose_tile_m, const LaunchExpertGemm& launch_gemm) {
   FP4MOE_CHECK(args.tokens >= 0 && args.tokens <= max_tokens, backend_id, ": tokens ", args.tokens,
                " outside [0, max_tokens=", max_tokens, "]");
   if (args.tokens == 0) return;
@@ -99,7 +99,7 @@ void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem,
   launch_moe_align(ws.route, T, K, E, tile_m, stream);
 
   ExpertGemm g1;
-  if (w4a4 || !gemm1_reads_hidden) {  // W4A4: the rows are quantized with their expert's input scale on the way
+  if (w4a4 || !gemm1_reads_hidden(tile_m)) {  // W4A4: the rows are quantized with their expert's input scale on the way
     launch_moe_gather(args.hidden, ws.route, T, K, E, H, w4a4 ? weights.w13_input_scale.as<float>() : nullptr,
                       ws.rows, stream);
     g1.a = ws.rows;

@@ -78,13 +78,14 @@ struct PipelineRun {
 // run() of the backends built as route -> align -> [gather] -> GEMM1 -> GEMM2 -> combine: checks the
 // run arguments (messages name backend_id), launches the stages on args.stream and calls
 // launch_gemm(run, gemm) for each GEMM. choose_tile_m(tokens): the M tile the align emits (called once
-// the arguments are valid). gemm1_reads_hidden: a W4A16 GEMM1 that can read the hidden rows through the
-// sorted slots (no gather); W4A4 always gathers (the rows are quantized on the way).
+// the arguments are valid). gemm1_reads_hidden(tile_m): whether a W4A16 GEMM1 at that M tile reads the
+// hidden rows through the sorted slots (no gather); W4A4 always gathers (the rows are quantized on the way).
 using ChooseTileM = std::function<int(int64_t tokens)>;
+using Gemm1ReadsHidden = std::function<bool(int tile_m)>;
 using LaunchExpertGemm = std::function<void(const PipelineRun& run, const ExpertGemm& gemm)>;
 void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem, int64_t max_tokens,
                          const DeviceExpertWeights& weights, const PipelineWorkspace& workspace,
-                         const MoeRunArgs& args, bool gemm1_reads_hidden, const ChooseTileM& choose_tile_m,
-                         const LaunchExpertGemm& launch_gemm);
+                         const MoeRunArgs& args, const Gemm1ReadsHidden& gemm1_reads_hidden,
+                         const ChooseTileM& choose_tile_m, const LaunchExpertGemm& launch_gemm);
 
 }  // namespace fp4moe
