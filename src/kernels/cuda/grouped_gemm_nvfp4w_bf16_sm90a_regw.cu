@@ -82,7 +82,8 @@ struct RegwLayout {
   static constexpr int kOffRaw = kOffA + cfg.stages * kABytes;  // per stage: F packed blocks (codes + scales)
   static constexpr int kOffLut = kOffRaw + cfg.stages * F * kRawBytes;
   static constexpr int kOffBar = kOffLut + 1024;
-  static constexpr int kSmemBytes = kOffBar + 2 * cfg.stages * 8 + 1024;  // + slack to align the base to 1024
+  static constexpr int kOffMeta = kOffBar + 2 * cfg.stages * 8;  // ItemMeta ring of stages + 1 items
+  static constexpr int kSmemBytes = kOffMeta + (cfg.stages + 1) * 16 + 1024;  // + slack to align the base to 1024
   static_assert(cfg.tokens == T, "unknown token tile: add it to kRegwConfigs");
   static_assert(T % 64 == 0 && T >= 64 && T <= 256, "wgmma N (and the TMA box) must be 64..256 here");
   static_assert(F == 1 || F == 2, "one or two m64 fragments per consumer warpgroup");
@@ -97,6 +98,22 @@ static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536 && 65536 / kThr
               "register redistribution must fit the launch allocation");
 static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0 && kProducerRegs >= 24 && kConsumerRegs <= 256,
               "setmaxnreg takes multiples of 8 in [24, 256]");
+
+// One work item's metadata, which the producer loads from global memory (two dependent loads: tile ->
+// expert -> its end row, and the scales) and hands to the consumers through shared memory: were the
+// consumers to load it at every item boundary, the tensor cores would idle ~1 us there. Slot
+// it % (stages + 1) of the ring holds the CTA's item it; it is written after the producer waited for
+// the item's first stage to be free, before that stage's full barrier can complete (the mbarrier
+// arrive releases it, the consumers' wait acquires it), and it is rewritten only for item it + stages
+// + 1, whose first stage the producer can fill only after every consumer warp released item it + 1's
+// first block, i.e. after its epilogue of item it.
+struct ItemMeta {
+  int row0;            // the tile's first sorted row
+  int rows;            // its rows, 1..T
+  float scale_first;   // GEMM2's output scale or the gate's: weight_scale_2 x 512 x input scale
+  float scale_second;  // SwiGLU: the up's; else unused
+};
+static_assert(sizeof(ItemMeta) == 16, "one 16-byte slot per item");
 
 struct Params {
   const uint8_t* w;
@@ -184,12 +201,19 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
         const int blocks = min(F, p.n_tiles - F * u);
         const int expert = p.tile_expert[tile];
         const size_t blk0 = (size_t(expert) * p.n_tiles + F * u) * KB;
+        const int rows = min(T, p.expert_offsets[expert + 1] - row0);  // >= 1: tiles exist for rows only
+        ItemMeta meta{row0, rows, 0.0f, 0.0f};
+        if (threadIdx.x == 0) {
+          const float in_scale = p.input_scale ? p.input_scale[expert] : 1.0f;
+          meta.scale_first = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
+          if constexpr (EPI == GemmEpilogue::kSwiglu)
+            meta.scale_second = __fmul_rn(__fmul_rn(p.scale_second[expert], 512.0f), in_scale);
+        }
         // kSlots: the consumers' wgmma read the tile's rows up to its tokens rounded up to 32; rows past
         // its tokens repeat its first token (finite data in columns the epilogue never writes). Row
         // q + 16 j comes from hidden row slot / top_k, in 16-byte units; ~0u: not copied.
         uint32_t src_row16[kRowsPerThread];
         if constexpr (kSlots) {
-          const int rows = min(T, p.expert_offsets[expert + 1] - row0);  // >= 1: tiles exist for rows only
           const int used = (rows + 31) / 32 * 32;
 #pragma unroll
           for (int j = 0; j < kRowsPerThread; ++j) {
@@ -211,6 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
             cp_async_arrive_noinc(full);  // once this thread's copies have landed
           }
           if (threadIdx.x != 0) continue;
+          if (kb == 0) reinterpret_cast<ItemMeta*>(smem + L::kOffMeta)[it % (S + 1)] = meta;
           mbar_arrive_expect_tx(full, (kSlots ? 0 : L::kABytes) + blocks * kRawBytes);
           if constexpr (!kSlots) {
             if constexpr (C == 2)  // rows [T/2 rank, +T/2) of the tile into both CTAs (box of T/2 rows)
@@ -298,9 +323,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
   for (int it = 0; it < my_items; ++it) {
     int tile, u;
     item_of(it, tile, u);
-    const int expert = p.tile_expert[tile];
-    const int row0 = p.tile_row_begin[tile];
-    const int rows = min(T, p.expert_offsets[expert + 1] - row0);
     const int nt = F * u + slot;
     const bool active = nt < p.n_tiles;  // F = 2 with odd n_tiles: warpgroup 1 only paces the barriers
     float acc[F][T / 2];
@@ -319,8 +341,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
     // wait_group(1), which compiles cleanly, measured 3-5 % slower: docs/perf/...-sm90-prefill-r3.md.)
     uint32_t f[F][4][4];
     Fetched r[F];
+    const ItemMeta* meta = reinterpret_cast<const ItemMeta*>(smem + L::kOffMeta) + it % (S + 1);
+    int row0 = 0, rows = 0;
     if (active) {
-      fetch_block(r, b);
+      fetch_block(r, b);  // the wait for the item's first stage also makes its metadata visible
+      row0 = meta->row0, rows = meta->rows;
       // The MMA covers the tile's tokens rounded up to 32 (an expert's last tile is usually partial),
       // with one wgmma of that N per step: the K loop is compiled once per width. B rows are 128
       // bytes and the first C / 2 accumulators hold tokens 0..C-1, so a prefix of the tile is a
@@ -359,9 +384,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
     // Epilogue. acc[fi][4j + q]: weight row 64 half_of(fi) + 16 wq + g + 8 (q / 2) of N tile nt,
     // token 8j + 2t + q % 2 of the tile.
     const int n0 = nt * kBn;
-    const float in_scale = p.input_scale ? p.input_scale[expert] : 1.0f;
     if constexpr (EPI == GemmEpilogue::kScaleFp32) {
-      const float sf = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
+      const float sf = meta->scale_first;
 #pragma unroll
       for (int fi = 0; fi < F; ++fi) {
         float* out = static_cast<float*>(p.out) + size_t(row0) * p.n + n0 + half_of(fi) * 64 + wq * 16 + g;
@@ -376,8 +400,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
     } else {
       // W13 rows are interleaved [gate 8 | up 8] per 16 (gate_up_interleaved_rows), so this lane holds
       // gate (row g) and up (row g + 8) of h column n0/2 + 32 half + 8 wq + g.
-      const float fg = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
-      const float fu = __fmul_rn(__fmul_rn(p.scale_second[expert], 512.0f), in_scale);
+      const float fg = meta->scale_first, fu = meta->scale_second;
       const int inter = p.n / 2;
 #pragma unroll
       for (int fi = 0; fi < F; ++fi) {
