@@ -50,19 +50,20 @@ class PreparedSm80Pipeline final : public PreparedMoe {
 
   void run(const MoeRunArgs& args) override {
     const int K = static_cast<int>(problem_.top_k), E = static_cast<int>(problem_.num_experts);
-    // W4A16's GEMM1 reads the hidden rows through the sorted slots at every M tile (no gather).
-    run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, [](int) { return true; },
-                        [&](int64_t tokens) { return sm80_pipeline_tile_m(tokens, K, E, large_tile_ok_); },
+    // W4A16's GEMM1 reads the hidden rows through the sorted slots at every M tile (no gather). The sm80
+    // GEMM's tiles have no tail (MTile).
+    run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, [](MTile) { return true; },
+                        [&](int64_t tokens) { return MTile{sm80_pipeline_tile_m(tokens, K, E, large_tile_ok_), 0}; },
                         [&](const PipelineRun& run, const ExpertGemm& gemm) {
                           GroupedGemmArgs g;
                           static_cast<GroupedGemmOperands&>(g) = gemm;
                           g.route = run.route;
                           g.num_experts = E;
-                          g.max_tiles = moe_max_tiles(run.tokens, K, E, run.tile_m);
+                          g.max_tiles = moe_max_tiles(run.tokens, K, E, run.tile.rows);
                           g.decode_wave_ctas = decode_wave_ctas_;
                           g.rows = run.tokens * K;
                           g.split_workspace = static_cast<float*>(run.extra);
-                          launch_grouped_gemm_nvfp4w_bf16(g, gemm.epilogue, run.tile_m, run.stream);
+                          launch_grouped_gemm_nvfp4w_bf16(g, gemm.epilogue, run.tile.rows, run.stream);
                         });
   }
 

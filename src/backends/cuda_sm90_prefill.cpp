@@ -105,15 +105,15 @@ class PreparedSm90Prefill final : public PreparedMoe {
   void run(const MoeRunArgs& args) override {
     const int K = static_cast<int>(problem_.top_k), E = static_cast<int>(problem_.num_experts);
     auto choose_tile_m = [&](int64_t tokens) {
-      return !choice_.regw              ? kSm90TileM
-             : choice_.fixed_tile_tokens ? choice_.fixed_tile_tokens
-                                         : sm90_regw_choose_tile_tokens(tokens, K, E);
+      return !choice_.regw ? MTile{kSm90TileM, 0}
+                           : sm90_regw_m_tile(choice_.fixed_tile_tokens ? choice_.fixed_tile_tokens
+                                                                        : sm90_regw_choose_tile_tokens(tokens, K, E));
     };
     // The register-weight kernel's GEMM1 copies its token rows from the hidden states through the sorted
     // slots at the tiles where that is faster (no gather pass); otherwise, and in the smem kernel, the
     // token tiles are TMA boxes of contiguous gathered rows.
-    auto gemm1_reads_hidden = [&](int tile_m) {
-      return choice_.regw && (choice_.gemm1_rows == Gemm1Rows::kAuto ? sm90_regw_gemm1_reads_slots(tile_m)
+    auto gemm1_reads_hidden = [&](MTile tile) {
+      return choice_.regw && (choice_.gemm1_rows == Gemm1Rows::kAuto ? sm90_regw_gemm1_reads_slots(tile.rows)
                                                                      : choice_.gemm1_rows == Gemm1Rows::kSlots);
     };
     run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, gemm1_reads_hidden,
@@ -122,10 +122,10 @@ class PreparedSm90Prefill final : public PreparedMoe {
                           static_cast<GroupedGemmOperands&>(g) = gemm;
                           g.rows = run.tokens * K;
                           g.route = run.route;
-                          g.max_tiles = moe_max_tiles(run.tokens, K, E, run.tile_m);
+                          g.max_tiles = moe_max_tiles(run.tokens, K, E, run.tile.rows);
                           g.num_sms = num_sms_;
                           if (choice_.regw)
-                            launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, run.tile_m, gemm.epilogue, run.stream,
+                            launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, run.tile, gemm.epilogue, run.stream,
                                                                        choice_.cluster);
                           else
                             launch_grouped_gemm_nvfp4w_bf16_sm90a(g, gemm.epilogue, run.stream);

@@ -91,15 +91,15 @@ void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem,
   const bool w4a4 = problem.activation_mode == ActivationMode::kW4A4;
   auto stream = static_cast<cudaStream_t>(args.stream);
   const PipelineWorkspace::Parts ws = workspace.carve(args.workspace);
-  const int tile_m = choose_tile_m(T);
-  const PipelineRun run{ws.route, T, tile_m, ws.extra, stream};
+  const MTile tile = choose_tile_m(T);
+  const PipelineRun run{ws.route, T, tile, ws.extra, stream};
 
   launch_moe_route(problem.routing, args.router_logits, args.correction_bias, T, ws.route.topk_ids,
                    ws.route.topk_weights, stream);
-  launch_moe_align(ws.route, T, K, E, tile_m, stream);
+  launch_moe_align(ws.route, T, K, E, tile, stream);
 
   ExpertGemm g1;
-  if (w4a4 || !gemm1_reads_hidden(tile_m)) {  // W4A4: the rows are quantized with their expert's input scale on the way
+  if (w4a4 || !gemm1_reads_hidden(tile)) {  // W4A4: the rows are quantized with their expert's input scale on the way
     launch_moe_gather(args.hidden, ws.route, T, K, E, H, w4a4 ? weights.w13_input_scale.as<float>() : nullptr,
                       ws.rows, stream);
     g1.a = ws.rows;

@@ -70,18 +70,18 @@ struct ExpertGemm : GroupedGemmOperands {
 struct PipelineRun {
   const MoeRouteBuffers& route;
   int64_t tokens;
-  int tile_m;
+  MTile tile;  // the M tiles of the align (rows and the tail the last tile of an expert may take)
   void* extra;  // the workspace's backend-specific part
   cudaStream_t stream;
 };
 
 // run() of the backends built as route -> align -> [gather] -> GEMM1 -> GEMM2 -> combine: checks the
 // run arguments (messages name backend_id), launches the stages on args.stream and calls
-// launch_gemm(run, gemm) for each GEMM. choose_tile_m(tokens): the M tile the align emits (called once
-// the arguments are valid). gemm1_reads_hidden(tile_m): whether a W4A16 GEMM1 at that M tile reads the
+// launch_gemm(run, gemm) for each GEMM. choose_tile_m(tokens): the M tiles the align emits (called once
+// the arguments are valid). gemm1_reads_hidden(tile): whether a W4A16 GEMM1 with those M tiles reads the
 // hidden rows through the sorted slots (no gather); W4A4 always gathers (the rows are quantized on the way).
-using ChooseTileM = std::function<int(int64_t tokens)>;
-using Gemm1ReadsHidden = std::function<bool(int tile_m)>;
+using ChooseTileM = std::function<MTile(int64_t tokens)>;
+using Gemm1ReadsHidden = std::function<bool(MTile tile)>;
 using LaunchExpertGemm = std::function<void(const PipelineRun& run, const ExpertGemm& gemm)>;
 void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem, int64_t max_tokens,
                          const DeviceExpertWeights& weights, const PipelineWorkspace& workspace,

@@ -55,7 +55,7 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a(const Sm90GemmArgs& args, GemmEpilogu
 // memory and dequantized straight into the register fragment), the token rows its N (tile_tokens per
 // tile, so small experts pad less; an expert's last, partial tile runs at its rows rounded up to 32),
 // fp32 accumulators. Same Sm90GemmArgs, but `route` and
-// `max_tiles` must be for M tiles of tile_tokens rows, and the weights in the layout below.
+// `max_tiles` must be for the M tiles of sm90_regw_m_tile(tile_tokens), and the weights in the layout below.
 // Weight layout (repack_nvfp4_for_sm90_regw): per (expert, 128-row N tile, 64-wide K block) 4 KB of
 // packed codes [8 row groups of 16][32 lanes][4 words] and 512 bytes of E4M3 codes [128 rows][4]; word
 // s of lane (g = lane / 4, t = lane % 4) holds k16 step s of that lane's wgmma A fragment: register p of
@@ -69,6 +69,10 @@ void repack_nvfp4_for_sm90_regw(const Nvfp4View& m, std::span<const int64_t> sou
 // The token tile for a call: the least expected cost (per-tile overhead + per-column cost, partial
 // tiles at their rows rounded up to 32) for the average rows per expert; fitted on the H200.
 int sm90_regw_choose_tile_tokens(int64_t tokens, int top_k, int num_experts);
+// The M tiles launch_moe_align must emit for this token tile: tile_tokens rows, and the tail an expert's
+// last tile may take (tile 256: 64 rows, read by a second wgmma on the same weight registers, so an expert
+// with 257..320 rows is decoded once). Error for an unknown tile.
+MTile sm90_regw_m_tile(int tile_tokens);
 // Whether GEMM1 at this token tile is faster reading the hidden rows through the sorted slots (a_slots:
 // cp.async by the producer threads, single CTAs) than on gathered rows (a gather pass, then multicast TMA
 // tiles in 2-CTA clusters); measured on the H200, data in the tile table. Error for an unknown tile.
@@ -76,7 +80,8 @@ bool sm90_regw_gemm1_reads_slots(int tile_tokens);
 // Largest dynamic shared memory over the compiled token tiles.
 size_t sm90_regw_smem_bytes();
 void configure_sm90_regw_kernels();
-// Throws Error for a tile_tokens not in kSm90RegwTileTokens and for kSwigluNvfp4 / kPartialFp32
+// Throws Error for a tile.rows not in kSm90RegwTileTokens or a tile other than sm90_regw_m_tile(tile.rows),
+// and for kSwigluNvfp4 / kPartialFp32
 // (W4A4 GEMM1 stays on the first kernel, whose epilogue quantizes h along the lane quads).
 // cluster: 0 = 2-CTA clusters sharing each token tile (multicast TMA) when the weight units per token
 // tile are even, num_sms >= 2 and the device runs such clusters (queried by configure_sm90_regw_kernels
@@ -84,7 +89,7 @@ void configure_sm90_regw_kernels();
 // cluster is an error). Both give the same bits (each item's arithmetic does not depend on the launch).
 // a_slots (GEMM1's kSwiglu only; an Error otherwise): `a` is the hidden states [rows / top_k, k] and
 // each token row is loaded by itself from row a_slots[r] / top_k, with the same bits as on gathered rows.
-void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int tile_tokens, GemmEpilogue epilogue,
+void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, MTile tile, GemmEpilogue epilogue,
                                                 cudaStream_t stream, int cluster = 0);
 
 }  // namespace fp4moe

@@ -7,7 +7,9 @@
 // threads from FP4 straight into the register fragment (exact, as the sm80 kernel), and the token
 // rows (TMA, 128-byte swizzle) are the B operand, the only one read from shared memory; the token
 // tile (64, 128 or 256, chosen per call from the rows per expert) pads small experts less, and a partial
-// tile's wgmma N is its tokens rounded up to 32 (sm90a_wgmma.cuh), so the tensor cores skip its padding.
+// tile's wgmma N is its tokens rounded up to 32 (sm90a_wgmma.cuh), so the tensor cores skip its padding;
+// tile 256's last tile of an expert also takes up to 64 rows past it (MTile tail: a second wgmma on the
+// same weight registers), so those rows do not cost a second decode of the expert's weights.
 // CTA = 3 warpgroups, one per SM, persistent: item i = (token tile i / units, unit i % units), a unit
 // = `frags` 128-row N tiles; CTA c takes items c, c + grid, ... (static: deterministic, no atomics).
 // WG0 (setmaxnreg 40): one thread issues per K block the token tile's TMA and the bulk copies of the
@@ -56,11 +58,19 @@ struct RegwConfig {
                        // sm90_regw_choose_tile_tokens and docs/perf/2026-11-30-h200-sm90-prefill-r3.md)
   bool gemm1_slots;    // GEMM1 faster reading the hidden rows through the slots (cp.async) than with a
                        // gather pass + multicast TMA tiles (H200: docs/perf/2026-11-30-h200-r6.md)
+  int tail_rows;       // MTile::tail_rows: an expert's last tile may hold tokens + tail_rows rows, read
+                       // by a second wgmma of N = its tail rounded up to 32 on the same weight registers
 };
 // 256 weight rows per item where the accumulators fit (2 x tokens / 2 registers): the token tile is
 // then read from L2 once per 256 weight rows instead of 128 (L2 -> SM traffic per MMA ~0.6x).
-constexpr RegwConfig kRegwConfigs[] = {
-    {64, 2, 12, 258.0, 2.58, true}, {128, 2, 8, 261.0, 2.59, true}, {256, 1, 6, 334.0, 2.67, false}};
+// Tile 256 takes a tail of 64 rows: an expert with 257..320 rows (the usual case at ~256 rows per
+// expert, and 1024 + 1..64 at 1024) is then one item instead of a full one plus a 1..64-token one that
+// decodes all the expert's weights again for at most a quarter of the MMA (measured 16 % of both GEMMs'
+// time at qwen3-235b / 4096: docs/perf/2026-11-30-h200-r7.md). The wider stage leaves room for 5 stages;
+// 160 accumulators + operands still fit the consumer registers (no spills, ptxas -v).
+constexpr RegwConfig kRegwConfigs[] = {{64, 2, 12, 258.0, 2.58, true, 0},
+                                       {128, 2, 8, 261.0, 2.59, true, 0},
+                                       {256, 1, 5, 334.0, 2.67, false, 64}};
 constexpr int kThreads = 384;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kBn = kSm90RegwTileN, kBk = 64;
@@ -71,13 +81,15 @@ constexpr int kRawBytes = kPackedBytes + kScaleBytes;
 constexpr RegwConfig regw_config(int tokens) {
   for (const RegwConfig& c : kRegwConfigs)
     if (c.tokens == tokens) return c;
-  return {0, 0, 0, 0.0, 0.0, false};
+  return {0, 0, 0, 0.0, 0.0, false, 0};
 }
 template <int T>
 struct RegwLayout {
   static constexpr RegwConfig cfg = regw_config(T);
   static constexpr int F = cfg.frags;
-  static constexpr int kABytes = T * kBk * 2;  // token tile: T rows of one 128-byte swizzle row
+  static constexpr int X = cfg.tail_rows;
+  static constexpr int kTileRows = T + X;              // token rows a stage holds (the tail's after the tile's)
+  static constexpr int kABytes = kTileRows * kBk * 2;  // token tile: its rows of one 128-byte swizzle row
   static constexpr int kOffA = 0;
   static constexpr int kOffRaw = kOffA + cfg.stages * kABytes;  // per stage: F packed blocks (codes + scales)
   static constexpr int kOffLut = kOffRaw + cfg.stages * F * kRawBytes;
@@ -86,11 +98,12 @@ struct RegwLayout {
   static constexpr int kSmemBytes = kOffMeta + (cfg.stages + 1) * 16 + 1024;  // + slack to align the base to 1024
   static_assert(cfg.tokens == T, "unknown token tile: add it to kRegwConfigs");
   static_assert(T % 64 == 0 && T >= 64 && T <= 256, "wgmma N (and the TMA box) must be 64..256 here");
+  static_assert(X % 32 == 0 && X >= 0 && X < T, "a tail of whole 32-token wgmma columns, shorter than the tile");
   static_assert(F == 1 || F == 2, "one or two m64 fragments per consumer warpgroup");
   static_assert(kABytes % 1024 == 0 && kRawBytes % 16 == 0, "swizzled tiles 1024-aligned, bulk copies 16-aligned");
   static_assert(cfg.stages >= 2, "the pipeline needs two stages at least");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory above the sm_90 opt-in limit");
-  static_assert(F * (T / 2 + 16 + 12) + 40 <= kConsumerRegs,
+  static_assert(F * (kTileRows / 2 + 16 + 12) + 40 <= kConsumerRegs,
                 "accumulators + operand registers + fetched codes + addressing must fit the consumer registers");
 };
 static_assert(kBk * 2 == 128 && kBn == 2 * 64, "one 128-byte swizzle row per K block; two m64 halves per block");
@@ -109,7 +122,7 @@ static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0 && kProducerRegs 
 // first block, i.e. after its epilogue of item it.
 struct ItemMeta {
   int row0;            // the tile's first sorted row
-  int rows;            // its rows, 1..T
+  int rows;            // its rows, 1..T + tail rows (MTile)
   float scale_first;   // GEMM2's output scale or the gate's: weight_scale_2 x 512 x input scale
   float scale_second;  // SwiGLU: the up's; else unused
 };
@@ -139,13 +152,14 @@ struct Params {
 // released it (each consumer warp arrives on both CTAs' empty barriers).
 // kSlots: the producer threads copy each token row of a tile from hidden row a_slots[r] / top_k with
 // cp.async (no gathered copy; tmap_a unused; single CTAs: cp.async cannot multicast); else tmap_a maps
-// the sorted rows in boxes of T / C rows.
+// the sorted rows in boxes of T / C rows and tmap_tail in boxes of tail_rows / C (tiles with a tail).
 template <int T, GemmEpilogue EPI, int C, bool kSlots>
-__global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_constant__ CUtensorMap tmap_a, Params p) {
+__global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                                                                 const __grid_constant__ CUtensorMap tmap_tail, Params p) {
   static_assert(C == 1 || C == 2, "one CTA, or a cluster of two sharing the token tile");
   static_assert(!kSlots || (C == 1 && T % 16 == 0), "kSlots: single CTAs; 16 row groups of 8 chunk threads");
   using L = RegwLayout<T>;
-  constexpr int S = L::cfg.stages, F = L::F;
+  constexpr int S = L::cfg.stages, F = L::F, X = L::X;
   extern __shared__ uint8_t smem_raw[];
   // Align to 1024 by offsetting the shared array itself (keeps LDS/STS instead of generic accesses).
   uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -185,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
     // copy the token rows with cp.async (thread = 16-byte chunk c of rows q, q + 16, ...) ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (kSlots || threadIdx.x == 0) {
-      constexpr int kRowsPerThread = kSlots ? T / 16 : 1;
+      constexpr int kRowsPerThread = kSlots ? L::kTileRows / 16 : 1;
       const int chunk = threadIdx.x % 8, q = threadIdx.x / 8;
       // The 128-byte swizzle by hand: chunk c of row r sits at 16 (c ^ (r % 8)) in the row's 128 bytes
       // (the layout the TMA writes and the wgmma descriptor reads); r % 8 = q % 8 for all of this thread's rows.
@@ -201,7 +215,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
         const int blocks = min(F, p.n_tiles - F * u);
         const int expert = p.tile_expert[tile];
         const size_t blk0 = (size_t(expert) * p.n_tiles + F * u) * KB;
-        const int rows = min(T, p.expert_offsets[expert + 1] - row0);  // >= 1: tiles exist for rows only
+        const int rows_left = p.expert_offsets[expert + 1] - row0;  // >= 1: tiles exist for rows only
+        const int rows = rows_left <= T + X ? rows_left : T;         // the MTile rule (moe_route_permute.h)
+        const bool tail = X > 0 && rows > T;
         ItemMeta meta{row0, rows, 0.0f, 0.0f};
         if (threadIdx.x == 0) {
           const float in_scale = p.input_scale ? p.input_scale[expert] : 1.0f;
@@ -236,12 +252,21 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
           }
           if (threadIdx.x != 0) continue;
           if (kb == 0) reinterpret_cast<ItemMeta*>(smem + L::kOffMeta)[it % (S + 1)] = meta;
-          mbar_arrive_expect_tx(full, (kSlots ? 0 : L::kABytes) + blocks * kRawBytes);
+          mbar_arrive_expect_tx(full, (kSlots ? 0 : (tail ? T + X : T) * kBk * 2) + blocks * kRawBytes);
           if constexpr (!kSlots) {
             if constexpr (C == 2)  // rows [T/2 rank, +T/2) of the tile into both CTAs (box of T/2 rows)
               tma_load_2d_multicast(a_dst + rank * (T / 2) * 128, &tmap_a, kb * kBk, row0 + rank * (T / 2), full, 0x3);
             else
               tma_load_2d(a_dst, &tmap_a, kb * kBk, row0, full);
+            if constexpr (X > 0) {
+              if (tail) {  // the tail rows after the tile's, the same way (box of X / C rows)
+                const int r = T + rank * (X / C);
+                if constexpr (C == 2)
+                  tma_load_2d_multicast(a_dst + r * 128, &tmap_tail, kb * kBk, row0 + r, full, 0x3);
+                else
+                  tma_load_2d(a_dst + r * 128, &tmap_tail, kb * kBk, row0 + r, full);
+              }
+            }
           }
 #pragma unroll
           for (int j = 0; j < F; ++j) {
@@ -325,11 +350,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
     item_of(it, tile, u);
     const int nt = F * u + slot;
     const bool active = nt < p.n_tiles;  // F = 2 with odd n_tiles: warpgroup 1 only paces the barriers
-    float acc[F][T / 2];
+    float acc[F][L::kTileRows / 2];  // [0, T/2): the tile's tokens; [T/2, ...): its tail's
 #pragma unroll
     for (int fi = 0; fi < F; ++fi) {
 #pragma unroll
-      for (int i = 0; i < T / 2; ++i) acc[fi][i] = 0.0f;
+      for (int i = 0; i < L::kTileRows / 2; ++i) acc[fi][i] = 0.0f;
       fence_regs(acc[fi]);
     }
     // The operand registers `f` are written only after wait_group(0), when no wgmma reads them: a
@@ -349,9 +374,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
       // The MMA covers the tile's tokens rounded up to 32 (an expert's last tile is usually partial),
       // with one wgmma of that N per step: the K loop is compiled once per width. B rows are 128
       // bytes and the first C / 2 accumulators hold tokens 0..C-1, so a prefix of the tile is a
-      // prefix of both.
-      with_static_count<T, 32, 32>((max(rows, 1) + 31) / 32 * 32, [&](auto columns) {
+      // prefix of both. Past T columns (a tail), a second wgmma of N = kCols - T takes the rows
+      // after the tile's into accumulators T/2.. with the same weight registers.
+      with_static_count<L::kTileRows, 32, 32>((max(rows, 1) + 31) / 32 * 32, [&](auto columns) {
         constexpr int kCols = decltype(columns)::value;
+        constexpr int kMain = kCols < T ? kCols : T, kTail = kCols - kMain;
 #pragma unroll 1
         for (int kb = 0; kb < KB; ++kb, ++b) {
           decode_block(f, r);
@@ -361,8 +388,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
 #pragma unroll
           for (int s = 0; s < 4; ++s)
 #pragma unroll
-            for (int fi = 0; fi < F; ++fi)
-              wgmma_rs<kCols>(*reinterpret_cast<float(*)[kCols / 2]>(acc[fi]), f[fi][s], smem_desc(b_addr + s * 32));
+            for (int fi = 0; fi < F; ++fi) {
+              wgmma_rs<kMain>(*reinterpret_cast<float(*)[kMain / 2]>(acc[fi]), f[fi][s], smem_desc(b_addr + s * 32));
+              if constexpr (kTail > 0)
+                wgmma_rs<kTail>(*reinterpret_cast<float(*)[kTail / 2]>(acc[fi] + T / 2), f[fi][s],
+                                smem_desc(b_addr + T * 128 + s * 32));
+            }
           wgmma_commit();
           if (kb + 1 < KB) fetch_block(r, b + 1);
           wgmma_wait<0>();
@@ -390,7 +421,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
       for (int fi = 0; fi < F; ++fi) {
         float* out = static_cast<float*>(p.out) + size_t(row0) * p.n + n0 + half_of(fi) * 64 + wq * 16 + g;
 #pragma unroll
-        for (int j = 0; j < T / 8; ++j)
+        for (int j = 0; j < L::kTileRows / 8; ++j)
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             const int tok = 8 * j + 2 * t + (q & 1);
@@ -407,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_regw_kernel(const __grid_con
         __nv_bfloat16* out =
             static_cast<__nv_bfloat16*>(p.out) + size_t(row0) * inter + n0 / 2 + half_of(fi) * 32 + wq * 8 + g;
 #pragma unroll
-        for (int j = 0; j < T / 8; ++j)
+        for (int j = 0; j < L::kTileRows / 8; ++j)
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
             const int tok = 8 * j + 2 * t + q;
@@ -469,17 +500,20 @@ int resident_clusters(int tokens, GemmEpilogue epilogue) {
 
 template <int T, GemmEpilogue EPI, int C, bool kSlots>
 void launch_kernel(const Sm90GemmArgs& args, const Params& p, int64_t groups, cudaStream_t stream) {
-  // Sorted rows: boxes of the tile's rows (C = 2: each CTA loads half). Slots: no tensor map (cp.async).
-  CUtensorMap map;
-  if constexpr (kSlots)
-    std::memset(&map, 0, sizeof(map));
-  else
+  // Sorted rows: boxes of the tile's rows and of its tail's (C = 2: each CTA loads half). Slots: no
+  // tensor maps (cp.async).
+  CUtensorMap map, tail_map;
+  std::memset(&map, 0, sizeof(map));
+  std::memset(&tail_map, 0, sizeof(tail_map));
+  if constexpr (!kSlots) {
     map = make_bf16_rows_map(args.a, args.rows, args.k, T / C);
+    if constexpr (RegwLayout<T>::X > 0) tail_map = make_bf16_rows_map(args.a, args.rows, args.k, RegwLayout<T>::X / C);
+  }
   const auto kernel = sm90_regw_kernel<T, EPI, C, kSlots>;
   constexpr size_t kSmem = RegwLayout<T>::kSmemBytes;
   if constexpr (C == 1) {
     const int grid = static_cast<int>(std::min<int64_t>(args.num_sms, groups));
-    kernel<<<grid, kThreads, kSmem, stream>>>(map, p);
+    kernel<<<grid, kThreads, kSmem, stream>>>(map, tail_map, p);
   } else {
     cudaLaunchAttribute attribute;
     cudaLaunchConfig_t config = cluster_launch_config(attribute, kSmem, stream);
@@ -489,7 +523,7 @@ void launch_kernel(const Sm90GemmArgs& args, const Params& p, int64_t groups, cu
     FP4MOE_CHECK(max_groups > 0, "sm90 regw GEMM: no cluster of ", C, " CTAs fits (", resident, " resident, num_sms ",
                  args.num_sms, ")");
     config.gridDim = dim3(static_cast<unsigned>(C * std::min<int64_t>(max_groups, groups)));
-    FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map, p));
+    FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map, tail_map, p));
   }
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
@@ -566,7 +600,8 @@ void repack_nvfp4_for_sm90_regw(const Nvfp4View& m, std::span<const int64_t> sou
 int sm90_regw_choose_tile_tokens(int64_t tokens, int top_k, int num_experts) {
   FP4MOE_CHECK(tokens >= 0 && top_k > 0 && num_experts > 0, "sm90_regw_choose_tile_tokens: bad shape");
   // Expected cost per expert: its full tiles cost tile_cost + column_cost x tokens, its last, partial
-  // tile tile_cost + column_cost x (its rows rounded up to 32, the wgmma N the kernel then uses). The
+  // tile tile_cost + column_cost x (its rows rounded up to 32, the wgmma N the kernel then uses), or,
+  // when it fits the tile's tail, the last full tile tile_cost + column_cost x (tokens + tail). The
   // tile cost is the per-item work that does not shrink with N (decode, barriers, wgmma latency), so
   // a tile with few rows still costs much. Rows per expert are taken as normal around the average with
   // sd = sqrt(average) (uniform routing), at z = -2..2 with binomial weights (1 4 6 4 1) / 16: run()
@@ -581,12 +616,22 @@ int sm90_regw_choose_tile_tokens(int64_t tokens, int top_k, int num_experts) {
     for (int i = 0; i < 5; ++i) {
       const double rows = std::ceil(std::max(1.0, avg + kZ[i] * sd));
       const double full = std::floor(rows / c.tokens), tail = rows - full * c.tokens;
-      cost += kW[i] * (full * (c.tile_cost + c.column_cost * c.tokens) +
-                       (tail > 0 ? c.tile_cost + c.column_cost * std::ceil(tail / 32) * 32 : 0.0));
+      const double tail_columns = std::ceil(tail / 32) * 32;
+      if (full >= 1 && tail > 0 && tail <= c.tail_rows)
+        cost += kW[i] * (full * (c.tile_cost + c.column_cost * c.tokens) + c.column_cost * tail_columns);
+      else
+        cost += kW[i] * (full * (c.tile_cost + c.column_cost * c.tokens) +
+                         (tail > 0 ? c.tile_cost + c.column_cost * tail_columns : 0.0));
     }
     if (best == 0 || cost < best_cost) best = c.tokens, best_cost = cost;
   }
   return best;
+}
+
+MTile sm90_regw_m_tile(int tile_tokens) {
+  const RegwConfig c = regw_config(tile_tokens);
+  FP4MOE_CHECK(c.tokens != 0, "sm90 regw GEMM: token tile ", tile_tokens, " is not compiled");
+  return MTile{c.tokens, c.tail_rows};
 }
 
 bool sm90_regw_gemm1_reads_slots(int tile_tokens) {
@@ -618,9 +663,13 @@ void configure_sm90_regw_kernels() {
   g_residency.push_back(r);
 }
 
-void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, int tile_tokens, GemmEpilogue epilogue,
+void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, MTile tile, GemmEpilogue epilogue,
                                                 cudaStream_t stream, int cluster) {
+  const int tile_tokens = tile.rows;
   FP4MOE_CHECK(regw_config(tile_tokens).tokens != 0, "sm90 regw GEMM: token tile ", tile_tokens, " is not compiled");
+  FP4MOE_CHECK(tile.tail_rows == regw_config(tile_tokens).tail_rows, "sm90 regw GEMM: the M tiles (", tile.rows, " rows + a tail of ",
+               tile.tail_rows, ") are not the kernel's (", tile_tokens, " + ", regw_config(tile_tokens).tail_rows,
+               "): align with sm90_regw_m_tile(", tile_tokens, ")");
   FP4MOE_CHECK(args.n > 0 && args.n % kBn == 0, "sm90 regw GEMM: N (", args.n, ") must be a positive multiple of ", kBn);
   FP4MOE_CHECK(args.k > 0 && args.k % kBk == 0, "sm90 regw GEMM: K (", args.k, ") must be a positive multiple of ", kBk);
   FP4MOE_CHECK(args.a && args.w_packed && args.w_scales && args.scale_first && args.out, "sm90 regw GEMM: null operand pointer");

@@ -55,7 +55,7 @@ struct AlignParams {
   MoeRouteBuffers b;
   int64_t slots;
   int num_experts;
-  int tile_m;
+  MTile tile;
   int chunks;  // kAlignChunk-slot chunks (multi-CTA path; 1 on the single-CTA path)
 };
 
@@ -80,7 +80,8 @@ __device__ void assign_rows_and_tiles(const AlignParams& p, CountOf count_of, Fi
     const int count = e < E ? count_of(e) : 0;
     int total = 0;
     const int offset = block_exclusive_scan<kAlignWarps>(count, scratch, total);
-    const int tiles = (count + p.tile_m - 1) / p.tile_m;
+    // ceil(count / rows) tiles, one fewer when the last would hold at most tail_rows rows (MTile).
+    const int tiles = count == 0 ? 0 : max(1, (count - p.tile.tail_rows + p.tile.rows - 1) / p.tile.rows);
     int tiles_total = 0;
     const int tile_offset = block_exclusive_scan<kAlignWarps>(tiles, scratch, tiles_total);
     const int row_base = bases[0], tile_base = bases[1];
@@ -91,7 +92,7 @@ __device__ void assign_rows_and_tiles(const AlignParams& p, CountOf count_of, Fi
       first_row_of(e, first);
       for (int t = 0; t < tiles; ++t) {
         p.b.tile_expert[tile_base + tile_offset + t] = e;
-        p.b.tile_row_begin[tile_base + tile_offset + t] = first + t * p.tile_m;
+        p.b.tile_row_begin[tile_base + tile_offset + t] = first + t * p.tile.rows;
       }
     }
     __syncthreads();
@@ -414,14 +415,16 @@ void launch_moe_route(const RoutingConfig& config, const float* router_logits, c
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 
-void launch_moe_align(const MoeRouteBuffers& buffers, int64_t tokens, int top_k, int num_experts, int tile_m,
+void launch_moe_align(const MoeRouteBuffers& buffers, int64_t tokens, int top_k, int num_experts, MTile tile,
                       cudaStream_t stream) {
   FP4MOE_CHECK(num_experts >= 1 && num_experts <= kMaxExperts, "launch_moe_align: bad num_experts ", num_experts);
-  FP4MOE_CHECK(tile_m >= 1, "launch_moe_align: tile_m must be >= 1, got ", tile_m);
+  FP4MOE_CHECK(tile.rows >= 1, "launch_moe_align: the M tile's rows must be >= 1, got ", tile.rows);
+  FP4MOE_CHECK(tile.tail_rows >= 0 && tile.tail_rows <= tile.rows, "launch_moe_align: the M tile's tail_rows (",
+               tile.tail_rows, ") must be in [0, rows = ", tile.rows, "]");
   FP4MOE_CHECK(tokens >= 0 && tokens * top_k < (int64_t{1} << 30), "launch_moe_align: bad token count ", tokens);
   const int64_t slots = tokens * top_k;
   const int chunks = static_cast<int>((slots + kAlignChunk - 1) / kAlignChunk);
-  AlignParams p{buffers, slots, num_experts, tile_m, chunks};
+  AlignParams p{buffers, slots, num_experts, tile, chunks};
   // The kernels with [kAlignWarps][E] shared histograms need more than 48 KB at E = 1024; the
   // attribute is per function and device.
   static std::atomic<uint64_t> configured_devices{0};

@@ -4,10 +4,11 @@
 // Data flow for T tokens, top-k K, E experts ("slot" = flat index t*K + k):
 //   launch_moe_route    logits [T, E] fp32 -> topk_ids [T, K] int32, topk_weights [T, K] fp32
 //   launch_moe_align    topk_ids -> per-expert counts and offsets, the slots sorted by expert (stable by
-//                       slot, so by token), each slot's sorted row, and a list of M tiles of tile_m rows
-//                       (one expert per tile). Rows are stored compactly: expert e owns sorted rows
+//                       slot, so by token), each slot's sorted row, and a list of M tiles (MTile, one
+//                       expert per tile). Rows are stored compactly: expert e owns sorted rows
 //                       [offsets[e], offsets[e+1]); a tile is (expert, first row) and ends at
-//                       min(first + tile_m, offsets[e+1]), which is the "segment padded to the M tile".
+//                       min(first + rows, offsets[e+1]), which is the "segment padded to the M tile" (or
+//                       at offsets[e+1] when its last tile takes a tail, see MTile).
 //   launch_moe_gather   hidden [T, H] BF16 -> rows [T*K, H] BF16 in sorted order; W4A4: each row is
 //                       quantized to NVFP4 with its expert's input scale and dequantized (exact in BF16,
 //                       the scale itself is NOT multiplied in: the GEMM epilogue does that)
@@ -39,7 +40,19 @@ struct MoeRouteBuffers {
   int32_t* chunk_rows = nullptr;      // [chunks, E] align scratch above 2048 slots (512-slot chunks)
 };
 
-// Upper bound on the number of M tiles for any routing: ceil(T*K / tile_m) + min(E, T*K).
+// The M tiles launch_moe_align emits for each expert: tiles of `rows` rows, except that an expert's last
+// tile also takes a tail of up to `tail_rows` rows past a full tile, so that an expert with k x rows + r
+// rows (k >= 1, 1 <= r <= tail_rows) gets k tiles instead of k + 1, and a GEMM that can widen its last
+// tile decodes the expert's weights k times instead of k + 1. A tile starting at row `first` of an expert
+// ending at `end` then holds end - first rows when that is at most rows + tail_rows, else `rows` (every
+// other tile has more than rows + tail_rows rows left). 0 <= tail_rows <= rows.
+struct MTile {
+  int rows = 0;
+  int tail_rows = 0;
+};
+
+// Upper bound on the number of M tiles for any routing: ceil(T*K / tile_m) + min(E, T*K) (tails only
+// lower the count).
 int64_t moe_max_tiles(int64_t tokens, int top_k, int num_experts, int tile_m);
 
 // Bytes of workspace for MoeRouteBuffers at max_tokens; tile_m = the smallest M tile that will be used.
@@ -58,10 +71,10 @@ void check_cuda_routing_config(const RoutingConfig& config);
 void launch_moe_route(const RoutingConfig& config, const float* router_logits, const float* correction_bias,
                       int64_t tokens, int32_t* topk_ids, float* topk_weights, cudaStream_t stream);
 
-// Counting sort of the T*K slots by expert (stable by slot) and the M-tile list for tile_m (>= 1).
+// Counting sort of the T*K slots by expert (stable by slot) and the M-tile list of `tile` (rows >= 1).
 // Expert ids outside [0, E) are treated as routed nowhere (their slot gets sorted row -1 and the
 // combine skips it); they cannot come from launch_moe_route.
-void launch_moe_align(const MoeRouteBuffers& buffers, int64_t tokens, int top_k, int num_experts, int tile_m,
+void launch_moe_align(const MoeRouteBuffers& buffers, int64_t tokens, int top_k, int num_experts, MTile tile,
                       cudaStream_t stream);
 
 // rows[r, :] = hidden[sorted_slots[r] / K, :] for r < T*K (rows past the routed count are zeroed).

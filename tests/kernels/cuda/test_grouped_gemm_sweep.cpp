@@ -115,7 +115,7 @@ TEST(CudaGroupedGemmSweep, Qwen35TilesAndSplits) {
     for (int tile_m : kGemmTileMs) {
       if (tile_m == 16 || (tile_m > 64 && !large_ok)) continue;
       launch_moe_route(rc, logits.as<float>(), nullptr, T, b.topk_ids, b.topk_weights, nullptr);
-      launch_moe_align(b, T, kK, kE, tile_m, nullptr);
+      launch_moe_align(b, T, kK, kE, MTile{tile_m, 0}, nullptr);
       launch_moe_gather(hidden.get(), b, T, kK, kE, kH, nullptr, rows.get(), nullptr);
       auto [a1, a2] = gemm_args(T, tile_m);
       const auto [us1, us2] = time_gemms(a1, a2, tile_m, T >= 16384 ? 5 : 10, [](int) {});
@@ -143,7 +143,7 @@ TEST(CudaGroupedGemmSweep, Qwen35TilesAndSplits) {
     for (int s = 0; s < 8; ++s) logit_sets.push_back(DeviceBuffer::from_host(test::random_logits(T, kE, 7000 + 31 * s + T)));
     auto prepare = [&](int rep) {
       launch_moe_route(rc, logit_sets[rep % 8].as<float>(), nullptr, T, b.topk_ids, b.topk_weights, nullptr);
-      launch_moe_align(b, T, kK, kE, 16, nullptr);
+      launch_moe_align(b, T, kK, kE, MTile{16, 0}, nullptr);
       launch_moe_gather(hidden.get(), b, T, kK, kE, kH, nullptr, rows.get(), nullptr);
     };
     std::vector<uint16_t> h_one;

@@ -43,7 +43,7 @@ TEST(CudaGroupedGemmTiles, EveryTileConfigurationGivesTheSameBits) {
       if (device->shared_memory_per_block_optin < static_cast<int64_t>(grouped_gemm_smem_bytes(tile_m))) continue;
       const std::string label = "T=" + std::to_string(T) + " tile_m=" + std::to_string(tile_m);
       launch_moe_route(rc, logits.as<float>(), nullptr, T, b.topk_ids, b.topk_weights, nullptr);
-      launch_moe_align(b, T, K, E, tile_m, nullptr);
+      launch_moe_align(b, T, K, E, MTile{tile_m, 0}, nullptr);
       launch_moe_gather(hidden.get(), b, T, K, E, H, nullptr, rows.get(), nullptr);
       // No split workspace: one pass over K.
       const auto [a1, a2] = test::sm80_w4a16_gemm_args(dw, b, T, K, E, H, I, tile_m, rows.get(), h.get(), o.get(), nullptr);

@@ -83,13 +83,16 @@ TEST(CudaMoeRoute, MatchesRouteReference) {
 
 // Host expectation of launch_moe_align: stable counting sort by expert. 400 slots take the one-CTA
 // kernel; 4000 and 19996 slots (a partial last chunk, E = 1024 with 64 KB histograms) the multi-CTA one.
+// The tiles, with and without a tail (MTile), are checked against the rule the GEMMs read them by: a
+// tile holds the expert's remaining rows when they are at most rows + tail_rows, else `rows`.
 TEST(CudaMoeAlign, StableCountingSortAndTiles) {
   FP4MOE_REQUIRE_SM80(device);
   const int K = 4;
   for (const auto& [T, E] : {std::pair<int64_t, int>{100, 64}, {1000, 64}, {4999, 1024}})
   for (int variant = 0; variant < 3; ++variant) {
-    for (int tile_m : {16, 64, 128}) {
-      Rng rng(variant * 100 + tile_m + T);
+    for (const MTile tile : {MTile{16, 0}, MTile{64, 0}, MTile{128, 0}, MTile{16, 16}, MTile{64, 8}, MTile{128, 32}}) {
+      const int tile_m = tile.rows;
+      Rng rng(variant * 100 + tile_m + 7 * tile.tail_rows + T);
       std::vector<int32_t> ids(T * K);
       for (int64_t i = 0; i < T * K; ++i) {
         ids[i] = static_cast<int32_t>(rng.below(E));
@@ -106,7 +109,7 @@ TEST(CudaMoeAlign, StableCountingSortAndTiles) {
       FP4MOE_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, bytes));
       const MoeRouteBuffers b = carve_moe_route_workspace(ws.get(), T, K, E, tile_m);
       FP4MOE_CUDA_CHECK(cudaMemcpy(b.topk_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-      launch_moe_align(b, T, K, E, tile_m, nullptr);
+      launch_moe_align(b, T, K, E, tile, nullptr);
       FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
       auto fetch = [](const int32_t* p, size_t n) {
         std::vector<int32_t> v(n);
@@ -123,7 +126,8 @@ TEST(CudaMoeAlign, StableCountingSortAndTiles) {
         if (ids[i] >= 0 && ids[i] < E) expected[ids[i]].push_back(static_cast<int32_t>(i));
       int32_t row = 0, tiles = 0;
       const std::string label = "T " + std::to_string(T) + " E " + std::to_string(E) + " variant " +
-                                std::to_string(variant) + " tile_m " + std::to_string(tile_m);
+                                std::to_string(variant) + " tile " + std::to_string(tile_m) + "+" +
+                                std::to_string(tile.tail_rows);
       for (int e = 0; e < E; ++e) {
         ASSERT_EQ(counts[e], static_cast<int32_t>(expected[e].size())) << label << " expert " << e;
         ASSERT_EQ(offsets[e], row) << label << " expert " << e;
@@ -131,7 +135,8 @@ TEST(CudaMoeAlign, StableCountingSortAndTiles) {
           ASSERT_EQ(sorted[row + j], expected[e][j]) << label << " expert " << e << " position " << j;
           ASSERT_EQ(slot_rows[expected[e][j]], row + static_cast<int32_t>(j)) << label;
         }
-        for (int32_t r = 0; r < static_cast<int32_t>(expected[e].size()); r += tile_m, ++tiles) {
+        const int32_t count = static_cast<int32_t>(expected[e].size());
+        for (int32_t r = 0; r < count; r += count - r <= tile_m + tile.tail_rows ? count - r : tile_m, ++tiles) {
           ASSERT_LT(tiles, num_tiles) << label;
           EXPECT_EQ(tile_e[tiles], e) << label << " tile " << tiles;
           EXPECT_EQ(tile_r[tiles], row + r) << label << " tile " << tiles;
@@ -147,6 +152,26 @@ TEST(CudaMoeAlign, StableCountingSortAndTiles) {
         }
     }
   }
+}
+
+// An M tile without rows, or with a tail that is negative or longer than its rows, is an error naming it.
+TEST(CudaMoeAlign, RejectsBadTiles) {
+  FP4MOE_REQUIRE_SM80(device);
+  const int64_t T = 8;
+  const int K = 2, E = 4;
+  DeviceBuffer ws(moe_route_workspace_bytes(T, K, E, 16));
+  const MoeRouteBuffers b = carve_moe_route_workspace(ws.get(), T, K, E, 16);
+  for (const MTile bad : {MTile{0, 0}, MTile{16, -1}, MTile{16, 17}}) {
+    try {
+      launch_moe_align(b, T, K, E, bad, nullptr);
+      ADD_FAILURE() << "tile " << bad.rows << "+" << bad.tail_rows << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad.rows == 0 ? "rows must be >= 1" : "tail_rows"), std::string::npos) << e.what();
+    }
+  }
+  FP4MOE_CUDA_CHECK(cudaMemset(b.topk_ids, 0, T * K * sizeof(int32_t)));
+  launch_moe_align(b, T, K, E, MTile{16, 16}, nullptr);  // a tail as long as the rows is valid
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 // W4A4 gather = ModelOpt NVFP4 quantization with the expert's input scale, bit for bit, stored as
@@ -173,7 +198,7 @@ TEST(CudaMoeGather, W4A4QuantizationIsBitExact) {
     DeviceBuffer ws(bytes);
     const MoeRouteBuffers b = carve_moe_route_workspace(ws.get(), T, K, E, 16);
     FP4MOE_CUDA_CHECK(cudaMemcpy(b.topk_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-    launch_moe_align(b, T, K, E, 16, nullptr);
+    launch_moe_align(b, T, K, E, MTile{16, 0}, nullptr);
     DeviceBuffer d_hidden = DeviceBuffer::from_host(test::to_bf16_bits(hidden)), d_scales = DeviceBuffer::from_host(scales);
     DeviceBuffer d_rows(T * K * H * 2);
     std::vector<int32_t> sorted(T * K);

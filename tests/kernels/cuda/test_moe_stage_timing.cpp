@@ -47,7 +47,7 @@ TEST(CudaMoeStageTiming, Qwen35Shape) {
       FP4MOE_CUDA_CHECK(cudaEventRecord(ev[0]));
       launch_moe_route(rc, logits.as<float>(), nullptr, T, b.topk_ids, b.topk_weights, nullptr);
       FP4MOE_CUDA_CHECK(cudaEventRecord(ev[1]));
-      launch_moe_align(b, T, K, E, tile_m, nullptr);
+      launch_moe_align(b, T, K, E, MTile{tile_m, 0}, nullptr);
       FP4MOE_CUDA_CHECK(cudaEventRecord(ev[2]));
       launch_moe_gather(hidden.get(), b, T, K, E, H, nullptr, rows.get(), nullptr);
       FP4MOE_CUDA_CHECK(cudaEventRecord(ev[3]));

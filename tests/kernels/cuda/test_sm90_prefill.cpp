@@ -88,9 +88,10 @@ struct GemmFixture {
   MoeRouteBuffers route;
 
   // counts[e] rows per expert; tokens come in shuffled order so the align kernel really sorts.
+  MTile m_tile{kSm90TileM, 0};
   int tile_m = kSm90TileM;
-  GemmFixture(const std::vector<int>& counts, int64_t k, uint64_t seed, int tile)
-      : E(int64_t(counts.size())), K(k), tile_m(tile) {
+  GemmFixture(const std::vector<int>& counts, int64_t k, uint64_t seed, MTile tile)
+      : E(int64_t(counts.size())), K(k), m_tile(tile), tile_m(tile.rows) {
     std::vector<int32_t> ids;
     for (int64_t e = 0; e < E; ++e) ids.insert(ids.end(), counts[e], static_cast<int32_t>(e));
     T = static_cast<int64_t>(ids.size());
@@ -99,7 +100,7 @@ struct GemmFixture {
     route_ws = DeviceBuffer(moe_route_workspace_bytes(T, 1, int(E), tile_m));
     route = carve_moe_route_workspace(route_ws.get(), T, 1, int(E), tile_m);
     FP4MOE_CUDA_CHECK(cudaMemcpy(route.topk_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-    launch_moe_align(route, T, 1, int(E), tile_m, nullptr);
+    launch_moe_align(route, T, 1, int(E), m_tile, nullptr);
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
     offsets.resize(static_cast<size_t>(E + 1));
     FP4MOE_CUDA_CHECK(cudaMemcpy(offsets.data(), route.expert_offsets, offsets.size() * 4, cudaMemcpyDeviceToHost));
@@ -141,6 +142,7 @@ struct GemmVariant {
   const char* name;
   int tile;  // M tile of launch_moe_align (token rows)
   bool regw;
+  MTile m_tile() const { return regw ? sm90_regw_m_tile(tile) : MTile{tile, 0}; }
 };
 const GemmVariant kSmemKernel{"smem", kSm90TileM, false};
 void configure(const GemmVariant& v) {
@@ -151,7 +153,7 @@ void configure(const GemmVariant& v) {
 }
 void launch(const GemmVariant& v, const Sm90GemmArgs& g, GemmEpilogue epi) {
   if (v.regw)
-    launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, v.tile, epi, nullptr);
+    launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, v.m_tile(), epi, nullptr);
   else
     launch_grouped_gemm_nvfp4w_bf16_sm90a(g, epi, nullptr);
 }
@@ -169,14 +171,16 @@ std::pair<DeviceBuffer, DeviceBuffer> upload_repacked(const GemmVariant& v, cons
 
 // Rows per expert: empty experts, experts spanning several tiles, and, for every compiled token tile,
 // partial tiles of every 32-token column count the register-weight kernel compiles (tile 256: 1, 64,
-// 90, 128, 130, 180, 200, 250 rows -> 32 .. 256 columns; tile 128: 1, 64, 90, 128; tile 64: 1, 64).
-const std::vector<int> kUnevenCounts = {0, 1, 130, 64, 257, 7, 128, 0, 90, 180, 200, 250};
+// 90, 128, 130, 180, 200, 250 rows -> 32 .. 256 columns, and with its 64-row tail 257 and 300 -> one
+// item of 288 and 320 columns, 320 (the longest tail), 321 -> 256 + 65 (two tiles), 576 -> 256 + 320;
+// tile 128: 1, 64, 90, 128; tile 64: 1, 64).
+const std::vector<int> kUnevenCounts = {0, 1, 130, 64, 257, 7, 128, 0, 90, 180, 200, 250, 300, 320, 321, 576};
 
 void scaled_fp32_output_on_uneven_experts(const GemmVariant& v, const DeviceInfo* device) {
   configure(v);
   const int64_t K = 320, N = 384;  // 5 K blocks (not a multiple of the stage count), 3 N tiles (odd: the
                                    // regw 256-row units end with half a unit)
-  GemmFixture fx(kUnevenCounts, K, 11, v.tile);
+  GemmFixture fx(kUnevenCounts, K, 11, v.m_tile());
   Rng rng(12);
   std::vector<Nvfp4Matrix> w;
   std::vector<float> scale(static_cast<size_t>(fx.E));
@@ -223,7 +227,7 @@ void scaled_fp32_output_on_uneven_experts(const GemmVariant& v, const DeviceInfo
 void swiglu_epilogue_on_uneven_experts(const GemmVariant& v) {
   configure(v);
   const int64_t K = 256, I = 128;  // GEMM1: N = 2I, gate/up interleaved by 8 rows
-  GemmFixture fx(kUnevenCounts, K, 21, v.tile);
+  GemmFixture fx(kUnevenCounts, K, 21, v.m_tile());
   Rng rng(22);
   std::vector<Nvfp4Matrix> w13;
   std::vector<float> fg(static_cast<size_t>(fx.E)), fu(static_cast<size_t>(fx.E));
@@ -340,6 +344,12 @@ TEST(CudaSm90PrefillGemm, RegwTileChoiceForMeasuredShapes) {
   EXPECT_TRUE(sm90_regw_gemm1_reads_slots(128));
   EXPECT_FALSE(sm90_regw_gemm1_reads_slots(256));
   EXPECT_THROW(sm90_regw_gemm1_reads_slots(96), Error);
+  // Only tile 256 takes a tail (its accumulators leave room for 32 more registers per thread).
+  EXPECT_EQ(sm90_regw_m_tile(64).tail_rows, 0);
+  EXPECT_EQ(sm90_regw_m_tile(128).tail_rows, 0);
+  EXPECT_EQ(sm90_regw_m_tile(256).rows, 256);
+  EXPECT_EQ(sm90_regw_m_tile(256).tail_rows, 64);
+  EXPECT_THROW(sm90_regw_m_tile(96), Error);
   for (int64_t t : {0, 1, 7, 300, 100000}) {
     const int tile = sm90_regw_choose_tile_tokens(t, 8, 128);
     EXPECT_TRUE(std::find(std::begin(kSm90RegwTileTokens), std::end(kSm90RegwTileTokens), tile) != std::end(kSm90RegwTileTokens))
@@ -350,7 +360,7 @@ TEST(CudaSm90PrefillGemm, RegwTileChoiceForMeasuredShapes) {
 TEST(CudaSm90PrefillGemm, RegwRejectsUnknownTileAndW4A4Epilogue) {
   REQUIRE_SM90(device);
   configure_sm90_regw_kernels();
-  GemmFixture fx({3, 5}, 64, 31, 64);
+  GemmFixture fx({3, 5}, 64, 31, sm90_regw_m_tile(64));
   Rng rng(32);
   std::vector<Nvfp4Matrix> w = {random_nvfp4(128, 64, rng), random_nvfp4(128, 64, rng)};
   auto [packed, scales] = upload_repacked(GemmVariant{"regw", 64, true}, w, {});
@@ -358,19 +368,22 @@ TEST(CudaSm90PrefillGemm, RegwRejectsUnknownTileAndW4A4Epilogue) {
   Sm90GemmArgs g = fx.args(packed, scales, 128, device->multiprocessors);
   g.scale_first = g.scale_second = g.out_scale = scale.as<float>();
   g.out = out.get();
-  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 96, GemmEpilogue::kScaleFp32, nullptr), Error);
-  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kSwigluNvfp4, nullptr), Error);
-  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kPartialFp32, nullptr), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, MTile{96, 0}, GemmEpilogue::kScaleFp32, nullptr), Error);
+  // M tiles aligned with another tail than the kernel's would lose rows or compute some twice.
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, MTile{64, 64}, GemmEpilogue::kScaleFp32, nullptr), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, MTile{256, 0}, GemmEpilogue::kScaleFp32, nullptr), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(64), GemmEpilogue::kSwigluNvfp4, nullptr), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(64), GemmEpilogue::kPartialFp32, nullptr), Error);
   // One 128-row N tile = one unit per token tile: no pair of units to share it in a 2-CTA cluster.
-  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kScaleFp32, nullptr, 2), Error);
-  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kScaleFp32, nullptr, 3), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(64), GemmEpilogue::kScaleFp32, nullptr, 2), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(64), GemmEpilogue::kScaleFp32, nullptr, 3), Error);
   // Rows through the slots: GEMM1 (SwiGLU) only, and the rows must be tokens x top_k.
   g.a_slots = fx.route.sorted_slots, g.top_k = 1;
-  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kScaleFp32, nullptr), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(64), GemmEpilogue::kScaleFp32, nullptr), Error);
   g.top_k = 3;  // 8 rows
-  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kSwiglu, nullptr), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(64), GemmEpilogue::kSwiglu, nullptr), Error);
   g.top_k = 0;
-  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, 64, GemmEpilogue::kSwiglu, nullptr), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(64), GemmEpilogue::kSwiglu, nullptr), Error);
 }
 
 // 2-CTA clusters (a multicast token tile, each stage released by both CTAs' consumers) compute every
@@ -391,7 +404,7 @@ TEST(CudaSm90PrefillGemm, RegwClustersGiveTheSameBitsAsSingleCtas) {
   const std::vector<float> scale(counts.size(), 0.5f);
   DeviceBuffer scale_dev = DeviceBuffer::from_host(scale);
   for (const int tile : kSm90RegwTileTokens) {
-    GemmFixture fx(counts, K, 42, tile);
+    GemmFixture fx(counts, K, 42, sm90_regw_m_tile(tile));
     const int64_t unit_rows = tile == 256 ? 128 : 256;  // weight rows per item (RegwConfig::frags x 128)
     for (const int64_t N : {int64_t{384}, int64_t{512}}) {
       if ((N + unit_rows - 1) / unit_rows % 2 != 0) continue;  // odd unit count: no pairs (checked above)
@@ -406,11 +419,11 @@ TEST(CudaSm90PrefillGemm, RegwClustersGiveTheSameBitsAsSingleCtas) {
         Sm90GemmArgs g = fx.args(packed, scales, N, sms);
         g.scale_first = scale_dev.as<float>();
         g.out = out.get();
-        launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, tile, GemmEpilogue::kScaleFp32, nullptr, cluster);
+        launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(tile), GemmEpilogue::kScaleFp32, nullptr, cluster);
         FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
         outs.push_back(out.to_host<float>());
         if (sms == 1) {
-          EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, tile, GemmEpilogue::kScaleFp32, nullptr, 2), Error);
+          EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(tile), GemmEpilogue::kScaleFp32, nullptr, 2), Error);
         }
       }
       for (const float v : outs[0])
@@ -433,7 +446,8 @@ TEST(CudaSm90PrefillGemm, RegwGemm1ThroughSlotsGivesTheBitsOfGatheredRows) {
   configure_sm90_regw_kernels();
   const int64_t K = 320, I = 256, top_k = 2;  // N = 2I = 512: 4 N tiles, an even unit count at every tile
   std::vector<int> counts = kUnevenCounts;
-  counts.push_back(20), counts.push_back(21);  // an even slot count: tokens x top_k
+  counts.push_back(20);
+  counts.push_back(20 + std::accumulate(counts.begin(), counts.end(), 0) % 2);  // an even slot count: tokens x top_k
   Rng rng(51);
   std::vector<Nvfp4Matrix> w13;
   for (size_t e = 0; e < counts.size(); ++e) w13.push_back(random_nvfp4(2 * I, K, rng));
@@ -441,7 +455,7 @@ TEST(CudaSm90PrefillGemm, RegwGemm1ThroughSlotsGivesTheBitsOfGatheredRows) {
   DeviceBuffer fg_dev = DeviceBuffer::from_host(fg), fu_dev = DeviceBuffer::from_host(fu);
   const std::vector<int64_t> order = gate_up_interleaved_rows(I);
   for (const int tile : kSm90RegwTileTokens) {
-    GemmFixture fx(counts, K, 52, tile);
+    GemmFixture fx(counts, K, 52, sm90_regw_m_tile(tile));
     ASSERT_EQ(fx.T % top_k, 0);
     const int64_t tokens = fx.T / top_k;
     std::vector<float> hidden = synthetic_activations(tokens, K, 53);
@@ -467,7 +481,7 @@ TEST(CudaSm90PrefillGemm, RegwGemm1ThroughSlotsGivesTheBitsOfGatheredRows) {
       g.scale_first = fg_dev.as<float>();
       g.scale_second = fu_dev.as<float>();
       g.out = out.get();
-      launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, tile, GemmEpilogue::kSwiglu, nullptr, cluster);
+      launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(tile), GemmEpilogue::kSwiglu, nullptr, cluster);
       FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
       return out.to_host<uint16_t>();
     };
