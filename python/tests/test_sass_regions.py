@@ -1,0 +1,52 @@
+"""tools/gpu/sass_regions.py, which sums Nsight Compute's per-instruction warp samples over regions of
+a kernel's SASS: instructions executed about equally often form one region, each region's share is of
+its own kernel's samples, and a source page without samples per instruction is an error."""
+
+import csv
+import io
+import os
+import subprocess
+import sys
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "gpu", "sass_regions.py")
+HEAD = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed"]
+
+
+def source_page(kernels):
+    out = io.StringIO()
+    w = csv.writer(out, quoting=csv.QUOTE_ALL)
+    for name, rows in kernels:
+        w.writerow(["Kernel Name", name])
+        w.writerow(HEAD)
+        for i, (source, samples, executed) in enumerate(rows):
+            w.writerow([f"0x7f00000{i:05x}", source, samples, executed])
+    return out.getvalue()
+
+
+def run(path, *args):
+    return subprocess.run([sys.executable, SCRIPT, str(path), *args], capture_output=True, text=True)
+
+
+def test_regions_split_by_execution_count_and_share_per_kernel(tmp_path):
+    loop = [("HGMMA.64x256x16.F32.BF16 R24, R152, gdesc[UR16], R24", 30, 1000), ("LDS R4, [R5]", 30, 1100)]
+    tail = [("HGMMA.64x32x16.F32.BF16 R24, R152, gdesc[UR16], R24", 20, 500)]  # half as often: its own region
+    epilogue = [("STG.E [R2.64], R7", 15, 40), ("@P0 STG.E [R4.64], R9", 5, 40)]
+    page = source_page([("gemm1", loop + tail + epilogue), ("gemm2", [("EXIT", 10, 1)])])
+    path = tmp_path / "sass.csv"
+    path.write_text(page)
+    result = run(path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("== gemm1: 100 samples")
+    regions = [l for l in lines[1:4]]
+    assert "60.0 %" in regions[0] and "HGMMA.64x256x16.F32.BF16" in regions[0] and "2 instructions" in regions[0]
+    assert "20.0 %" in regions[1] and "HGMMA.64x32x16.F32.BF16" in regions[1]
+    assert "20.0 %" in regions[2] and "STG" in regions[2]
+    assert lines[4].startswith("== gemm2: 10 samples") and "100.0 %" in lines[5]
+
+
+def test_a_page_without_sample_columns_is_an_error(tmp_path):
+    path = tmp_path / "details.csv"
+    path.write_text('"Kernel Name","k"\n"Address","Source"\n"0x1","EXIT"\n')
+    result = run(path)
+    assert result.returncode != 0 and "lacks the column" in result.stderr

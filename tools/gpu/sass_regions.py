@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Where a kernel's warps spend their time, by region of its SASS (Nsight Compute warp-state samples).
+
+  ncu --section SourceCounters -k regex:NAME -o REPORT ...
+  ncu -i REPORT.ncu-rep --page source --csv --print-source sass > SASS.csv
+  python3 tools/gpu/sass_regions.py SASS.csv [MIN_SHARE (default 0.004)]
+
+A region is a run of consecutive instructions executed about equally often (within 1.5x), e.g. one K
+loop, an epilogue, a producer loop. For each profiled kernel in the CSV this prints every region holding
+at least MIN_SHARE of the kernel's samples: its address range, instruction count, how often its middle
+instruction ran, its share of the samples, and the notable opcodes in it (HGMMA shapes, barriers, TMA and
+bulk copies, global stores). Samples are warp time: a region that all consumer warps sit in at once is
+that share of the consumers' time (divide by the consumer warps' share of the CTA's warps).
+"""
+import csv
+import sys
+
+TAGS = ("HGMMA", "STG", "UCGABAR", "TRYWAIT", "DEPBAR", "UTMALDG", "UBLKCP", "LDGSTS", "STS", "LDG", "EXIT", "BAR")
+
+
+def kernels_of(path):
+    kernels, head = [], None
+    for row in csv.reader(open(path)):
+        if not row:
+            continue
+        if row[0] == "Kernel Name":
+            kernels.append({"name": row[1], "rows": []})
+        elif row[0] == "Address":
+            head = {name: i for i, name in enumerate(row)}
+        elif kernels and row[0].startswith("0x"):
+            kernels[-1]["rows"].append(row)
+    if head is None or not kernels:
+        sys.exit(f"{path}: no kernel with a source page (ncu --page source --csv --print-source sass)")
+    for column in ("Source", "Warp Stall Sampling (All Samples)", "Instructions Executed"):
+        if column not in head:
+            sys.exit(f"{path}: this ncu's source page lacks the column {column!r}")
+    return kernels, head
+
+
+def main(path, min_share):
+    kernels, head = kernels_of(path)
+    samples = lambda r: int(r[head["Warp Stall Sampling (All Samples)"]] or 0)
+    executed = lambda r: int(r[head["Instructions Executed"]] or 0)
+    for kernel in kernels:
+        rows = kernel["rows"]
+        total = sum(samples(r) for r in rows)
+        print(f"== {kernel['name'][:110]}: {total} samples")
+        if not rows or total == 0:
+            continue
+        regions, current = [], [rows[0]]
+        for r in rows[1:]:
+            a, b = executed(current[-1]), executed(r)
+            if (a == 0) != (b == 0) or (a and b and max(a, b) / min(a, b) > 1.5):
+                regions.append(current)
+                current = [r]
+            else:
+                current.append(r)
+        regions.append(current)
+        for region in regions:
+            share = sum(samples(r) for r in region) / total
+            if share < min_share:
+                continue
+            tags = set()
+            for r in region:
+                source = r[head["Source"]].strip()
+                opcode = source.split()[1] if source.startswith("@") else source.split()[0]
+                tags.update(t for t in TAGS if t in source)
+                if opcode.startswith("HGMMA"):
+                    tags.add(opcode)
+            print(f"  {region[0][0][-5:]}-{region[-1][0][-5:]}  {len(region):5} instructions  "
+                  f"executed {executed(region[len(region) // 2]):10}  {100 * share:5.1f} %  {' '.join(sorted(tags))}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
+    main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) == 3 else 0.004)
