@@ -616,12 +616,10 @@ int sm90_regw_choose_tile_tokens(int64_t tokens, int top_k, int num_experts) {
     for (int i = 0; i < 5; ++i) {
       const double rows = std::ceil(std::max(1.0, avg + kZ[i] * sd));
       const double full = std::floor(rows / c.tokens), tail = rows - full * c.tokens;
-      const double tail_columns = std::ceil(tail / 32) * 32;
-      if (full >= 1 && tail > 0 && tail <= c.tail_rows)
-        cost += kW[i] * (full * (c.tile_cost + c.column_cost * c.tokens) + c.column_cost * tail_columns);
-      else
-        cost += kW[i] * (full * (c.tile_cost + c.column_cost * c.tokens) +
-                         (tail > 0 ? c.tile_cost + c.column_cost * tail_columns : 0.0));
+      double expert_cost = full * (c.tile_cost + c.column_cost * c.tokens);
+      if (tail > 0)  // its own item, or, within the tile's tail, more columns of the last full tile
+        expert_cost += (full >= 1 && tail <= c.tail_rows ? 0.0 : c.tile_cost) + c.column_cost * std::ceil(tail / 32) * 32;
+      cost += kW[i] * expert_cost;
     }
     if (best == 0 || cost < best_cost) best = c.tokens, best_cost = cost;
   }
@@ -666,9 +664,10 @@ void configure_sm90_regw_kernels() {
 void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, MTile tile, GemmEpilogue epilogue,
                                                 cudaStream_t stream, int cluster) {
   const int tile_tokens = tile.rows;
-  FP4MOE_CHECK(regw_config(tile_tokens).tokens != 0, "sm90 regw GEMM: token tile ", tile_tokens, " is not compiled");
-  FP4MOE_CHECK(tile.tail_rows == regw_config(tile_tokens).tail_rows, "sm90 regw GEMM: the M tiles (", tile.rows, " rows + a tail of ",
-               tile.tail_rows, ") are not the kernel's (", tile_tokens, " + ", regw_config(tile_tokens).tail_rows,
+  const RegwConfig cfg = regw_config(tile_tokens);
+  FP4MOE_CHECK(cfg.tokens != 0, "sm90 regw GEMM: token tile ", tile_tokens, " is not compiled");
+  FP4MOE_CHECK(tile.tail_rows == cfg.tail_rows, "sm90 regw GEMM: the M tiles (", tile.rows, " rows + a tail of ",
+               tile.tail_rows, ") are not the kernel's (", tile_tokens, " + ", cfg.tail_rows,
                "): align with sm90_regw_m_tile(", tile_tokens, ")");
   FP4MOE_CHECK(args.n > 0 && args.n % kBn == 0, "sm90 regw GEMM: N (", args.n, ") must be a positive multiple of ", kBn);
   FP4MOE_CHECK(args.k > 0 && args.k % kBk == 0, "sm90 regw GEMM: K (", args.k, ") must be a positive multiple of ", kBk);
@@ -684,7 +683,7 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, MTile 
   FP4MOE_CHECK(epilogue == GemmEpilogue::kScaleFp32 || args.scale_second, "sm90 regw GEMM: SwiGLU needs scale_second");
   FP4MOE_CHECK(args.num_sms > 0, "sm90 regw GEMM: num_sms must be positive");
   if (args.max_tiles <= 0 || args.rows <= 0) return;
-  const int64_t n_tiles = args.n / kBn, frags = regw_config(tile_tokens).frags;
+  const int64_t n_tiles = args.n / kBn, frags = cfg.frags;
   const int64_t n_units = (n_tiles + frags - 1) / frags;
   FP4MOE_CHECK(args.max_tiles * n_units < (int64_t{1} << 31), "sm90 regw GEMM: too many work items");
   const Params p{args.w_packed, args.w_scales, static_cast<int>(n_tiles), static_cast<int>(n_units), static_cast<int>(args.k / kBk),

@@ -89,16 +89,15 @@ struct GemmFixture {
 
   // counts[e] rows per expert; tokens come in shuffled order so the align kernel really sorts.
   MTile m_tile{kSm90TileM, 0};
-  int tile_m = kSm90TileM;
   GemmFixture(const std::vector<int>& counts, int64_t k, uint64_t seed, MTile tile)
-      : E(int64_t(counts.size())), K(k), m_tile(tile), tile_m(tile.rows) {
+      : E(int64_t(counts.size())), K(k), m_tile(tile) {
     std::vector<int32_t> ids;
     for (int64_t e = 0; e < E; ++e) ids.insert(ids.end(), counts[e], static_cast<int32_t>(e));
     T = static_cast<int64_t>(ids.size());
     Rng rng(seed);
     for (size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng.below(i)]);
-    route_ws = DeviceBuffer(moe_route_workspace_bytes(T, 1, int(E), tile_m));
-    route = carve_moe_route_workspace(route_ws.get(), T, 1, int(E), tile_m);
+    route_ws = DeviceBuffer(moe_route_workspace_bytes(T, 1, int(E), m_tile.rows));
+    route = carve_moe_route_workspace(route_ws.get(), T, 1, int(E), m_tile.rows);
     FP4MOE_CUDA_CHECK(cudaMemcpy(route.topk_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
     launch_moe_align(route, T, 1, int(E), m_tile, nullptr);
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -121,7 +120,7 @@ struct GemmFixture {
     g.n = n;
     g.k = K;
     g.route = route;
-    g.max_tiles = moe_max_tiles(T, 1, int(E), tile_m);
+    g.max_tiles = moe_max_tiles(T, 1, int(E), m_tile.rows);
     g.num_sms = num_sms;
     return g;
   }
