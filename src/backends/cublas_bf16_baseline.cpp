@@ -146,9 +146,8 @@ class PreparedBaseline final : public PreparedMoe {
     base += layout_.expert_out;
     auto** pointers_device = reinterpret_cast<void**>(base);
 
-    launch_moe_route(problem_.routing, args.router_logits, args.correction_bias, T, route.topk_ids,
-                     route.topk_weights, stream);
-    launch_moe_align(route, T, K, E, MTile{kAlignTileM, 0}, stream);
+    launch_moe_route_align(problem_.routing, args.router_logits, args.correction_bias, route, T, MTile{kAlignTileM, 0},
+                           stream);
     launch_moe_gather(args.hidden, route, T, K, E, H, nullptr, rows, stream);
     // The one host synchronization: the per-expert row counts.
     FP4MOE_CUDA_CHECK(cudaMemcpyAsync(counts_host_.as<int32_t>(), route.expert_counts, sizeof(int32_t) * E,

@@ -31,16 +31,14 @@ class PreparedSm80Pipeline final : public PreparedMoe {
       : problem_(problem),
         max_tokens_(max_tokens),
         device_(device.ordinal),
-        // extra: the split-K partials of the decode GEMMs
-        workspace_(problem, max_tokens, kSmallestTileM,
-                   grouped_gemm_split_workspace_bytes(std::max(2 * problem.inter, problem.hidden))) {
+        workspace_(problem, max_tokens, kSmallestTileM) {
     const int64_t E = problem.num_experts, K = problem.top_k;
     large_tile_ok_ = large_tile_fits(device);
     FP4MOE_CHECK(moe_max_tiles(max_tokens, static_cast<int>(K), static_cast<int>(E), kSmallestTileM) < 65536,
                  "cuda.sm80.pipeline: max_tokens ", max_tokens, " is too large for the M-tile grid");
     FP4MOE_CUDA_CHECK(cudaSetDevice(device_));
     configure_grouped_gemm_kernels();
-    decode_wave_ctas_ = grouped_gemm_decode_wave_ctas(device_);
+    decode_residency_ = grouped_gemm_decode_residency(device_);
 
     weights_ = upload_repacked_expert_weights(weights, repack_nvfp4_for_mma);
   }
@@ -60,9 +58,8 @@ class PreparedSm80Pipeline final : public PreparedMoe {
                           g.route = run.route;
                           g.num_experts = E;
                           g.max_tiles = moe_max_tiles(run.tokens, K, E, run.tile.rows);
-                          g.decode_wave_ctas = decode_wave_ctas_;
+                          g.decode_residency = decode_residency_;
                           g.rows = run.tokens * K;
-                          g.split_workspace = static_cast<float*>(run.extra);
                           launch_grouped_gemm_nvfp4w_bf16(g, gemm.epilogue, run.tile.rows, run.stream);
                         });
   }
@@ -72,7 +69,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
   int64_t max_tokens_;
   int device_;
   bool large_tile_ok_ = false;
-  int decode_wave_ctas_ = 0;  // split-K sizing: SMs x resident decode CTAs (grouped_gemm_decode_wave_ctas)
+  DecodeResidency decode_residency_;  // split-K sizing (grouped_gemm_decode_residency)
   PipelineWorkspace workspace_;
   DeviceExpertWeights weights_;
 };

@@ -82,7 +82,7 @@ class PreparedSm90Prefill final : public PreparedMoe {
         device_(device.ordinal),
         num_sms_(device.multiprocessors),
         choice_(choose_kernel(problem.activation_mode)),
-        workspace_(problem, max_tokens, choice_.regw ? kSm90RegwSmallestTileTokens : kSm90TileM, 0) {
+        workspace_(problem, max_tokens, choice_.regw ? kSm90RegwSmallestTileTokens : kSm90TileM) {
     const int64_t E = problem.num_experts, H = problem.hidden, I = problem.inter, K = problem.top_k;
     const int smallest_tile = choice_.regw ? kSm90RegwSmallestTileTokens : kSm90TileM;
     FP4MOE_CHECK(moe_max_tiles(max_tokens, static_cast<int>(K), static_cast<int>(E), smallest_tile) *

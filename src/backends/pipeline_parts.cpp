@@ -53,8 +53,7 @@ DeviceExpertWeights upload_repacked_expert_weights(const MoeWeights& weights, Nv
   return d;
 }
 
-PipelineWorkspace::PipelineWorkspace(const MoeProblem& problem, int64_t max_tokens, int smallest_tile_m,
-                                     size_t extra_bytes)
+PipelineWorkspace::PipelineWorkspace(const MoeProblem& problem, int64_t max_tokens, int smallest_tile_m)
     : max_tokens_(max_tokens),
       top_k_(static_cast<int>(problem.top_k)),
       num_experts_(static_cast<int>(problem.num_experts)),
@@ -63,7 +62,6 @@ PipelineWorkspace::PipelineWorkspace(const MoeProblem& problem, int64_t max_toke
   route_bytes_ = align256(moe_route_workspace_bytes(max_tokens, top_k_, num_experts_, smallest_tile_m));
   out_bytes_ = align256(std::max<size_t>(1, slots * static_cast<size_t>(problem.hidden) * sizeof(float)));
   h_bytes_ = align256(std::max<size_t>(1, slots * static_cast<size_t>(problem.inter) * 2));
-  extra_bytes_ = align256(extra_bytes);
 }
 
 PipelineWorkspace::Parts PipelineWorkspace::carve(void* workspace) const {
@@ -73,7 +71,6 @@ PipelineWorkspace::Parts PipelineWorkspace::carve(void* workspace) const {
   parts.expert_out = ws + route_bytes_;
   parts.rows = parts.expert_out;
   parts.h = ws + route_bytes_ + out_bytes_;
-  parts.extra = ws + route_bytes_ + out_bytes_ + h_bytes_;
   return parts;
 }
 
@@ -92,11 +89,9 @@ void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem,
   auto stream = static_cast<cudaStream_t>(args.stream);
   const PipelineWorkspace::Parts ws = workspace.carve(args.workspace);
   const MTile tile = choose_tile_m(T);
-  const PipelineRun run{ws.route, T, tile, ws.extra, stream};
+  const PipelineRun run{ws.route, T, tile, stream};
 
-  launch_moe_route(problem.routing, args.router_logits, args.correction_bias, T, ws.route.topk_ids,
-                   ws.route.topk_weights, stream);
-  launch_moe_align(ws.route, T, K, E, tile, stream);
+  launch_moe_route_align(problem.routing, args.router_logits, args.correction_bias, ws.route, T, tile, stream);
 
   ExpertGemm g1;
   if (w4a4 || !gemm1_reads_hidden(tile)) {  // W4A4: the rows are quantized with their expert's input scale on the way

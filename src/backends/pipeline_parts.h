@@ -40,24 +40,23 @@ struct DeviceExpertWeights : DeviceTensorScales {
 DeviceExpertWeights upload_repacked_expert_weights(const MoeWeights& weights, Nvfp4RepackFn repack);
 
 // Workspace: route buffers (for M tiles of at least tile_m rows) | expert outputs fp32 [T*K, H], whose
-// first half doubles as the gathered BF16 rows (dead once GEMM1 has run) | h BF16 [T*K, I] | extra
-// (backend-specific, e.g. split-K partials). Each piece 256-byte aligned.
+// first half doubles as the gathered BF16 rows (dead once GEMM1 has run) | h BF16 [T*K, I]. Each piece
+// 256-byte aligned.
 struct PipelineWorkspace {
   struct Parts {
     MoeRouteBuffers route;
     void* rows;        // gathered activations, BF16 [T*K, H]
     void* expert_out;  // fp32 [T*K, H]
     void* h;           // BF16 [T*K, I]
-    void* extra;
   };
-  PipelineWorkspace(const MoeProblem& problem, int64_t max_tokens, int smallest_tile_m, size_t extra_bytes);
-  size_t bytes() const { return route_bytes_ + out_bytes_ + h_bytes_ + extra_bytes_; }
+  PipelineWorkspace(const MoeProblem& problem, int64_t max_tokens, int smallest_tile_m);
+  size_t bytes() const { return route_bytes_ + out_bytes_ + h_bytes_; }
   Parts carve(void* workspace) const;
 
  private:
   int64_t max_tokens_;
   int top_k_, num_experts_, smallest_tile_m_;
-  size_t route_bytes_, out_bytes_, h_bytes_, extra_bytes_;
+  size_t route_bytes_, out_bytes_, h_bytes_;
 };
 
 // One grouped GEMM of the expert pipeline: its operands (a backend's launcher arguments extend
@@ -71,7 +70,6 @@ struct PipelineRun {
   const MoeRouteBuffers& route;
   int64_t tokens;
   MTile tile;  // the M tiles of the align (rows and the tail the last tile of an expert may take)
-  void* extra;  // the workspace's backend-specific part
   cudaStream_t stream;
 };
 

@@ -20,7 +20,7 @@ for cache in all none; do
   # Only the MoE stages' kernels (not the ceilings' copies and GEMMs) are counted; the first four
   # layers' worth (warm-up) are skipped, then `layers` layers of up to 8 kernels each are profiled.
   timeout 300 ncu --csv --clock-control none --cache-control "$cache" --metrics gpu__time_duration.sum \
-    -k "regex:${STAGE_KERNELS:-route_kernel|align|gather_kernel|grouped_gemm_kernel|reduce_splits|combine_kernel|fused_gemm|sm90_regw|sm90_grouped|swiglu_kernel}" \
+    -k "regex:${STAGE_KERNELS:-route_kernel|align|gather_kernel|grouped_gemm_kernel|combine_kernel|fused_gemm|sm90_regw|sm90_grouped|swiglu_kernel}" \
     --launch-skip 32 --launch-count $((8 * layers)) \
     "$build/tools/fp4moe" bench moe --preset "$preset" --tokens "$tokens" --backend "$backend" --no-baseline \
     --weight-sets 2 --repeats 20 > "$csv" 2> "$csv.log"

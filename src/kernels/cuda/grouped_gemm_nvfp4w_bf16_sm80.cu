@@ -8,8 +8,10 @@
 // Pipeline: STAGES-deep cp.async ring of (A tile BM x 128, W tile BN x 128 packed, its E4M3 scales);
 // A is XOR-swizzled by 16-byte chunk (conflict-free ldmatrix); W is copied verbatim (each lane later
 // reads its 16 bytes = 8 k steps of B fragments with one conflict-free LDS.128). Decode (16-row
-// tiles): A fragments come straight from global (no A stage, ~10 KB per CTA) and K may be split over
-// gridDim.z CTAs whose fp32 partials reduce_splits_kernel adds in split order before the epilogue.
+// tiles): A fragments come straight from global (no A stage, ~9 KB of ring per warp) and K may be split
+// over the warps of the CTA (the WARP_SPLIT instance: one ring per warp); warp 0 adds the others' fp32
+// sums in warp order from shared memory and runs the epilogue (no partials in global memory and no
+// reduction kernel, which took 5.6 us at one token of Qwen3.5-397B under Nsight Compute).
 // Dequantization (exact): a nibble placed at bf16 bits [15] and [8:6] is e2m1 * 2^-126 (code 1 is a
 // bf16 subnormal, which the bf16 multiply keeps); a 1 KB shared table maps each E4M3 code to
 // bf16x2(scale * 2^117) built from integers (subnormal scales included: no exponent-shift trick).
@@ -18,6 +20,7 @@
 // W4A4 (block amax over a lane quad), or scaled fp32 for GEMM2. No atomics: deterministic.
 // Short tiles: the warp rows own interleaved m16 fragments and skip those past the expert's rows
 // (ldmatrix, mma.sync and dequantization), so an expert of 80 rows costs 5 fragments, not the tile's.
+// The kernel is a programmatic dependent launch on SM90+ (common/programmatic_launch.cuh).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/common/programmatic_launch.cuh"
 #include "kernels/cuda/common/static_count.cuh"
 #include "kernels/cuda/nvfp4_decode_layout.h"
 #include "kernels/cuda/nvfp4_device.cuh"
@@ -88,7 +92,23 @@ __host__ __device__ constexpr bool supports_epilogue(TileConfig c, GemmEpilogue 
 __host__ __device__ constexpr size_t stage_bytes(TileConfig c) {
   return (c.a_in_registers ? 0 : size_t(c.bm) * 256) + size_t(c.bn / 8) * (512 + 64);
 }
-__host__ __device__ constexpr size_t smem_bytes(TileConfig c) { return kLutBytes + c.stages * stage_bytes(c); }
+// The LUT and one ring per K split (splits > 1: the decode tile's WARP_SPLIT instance).
+__host__ __device__ constexpr size_t smem_bytes(TileConfig c, int splits = 1) {
+  return kLutBytes + size_t(splits) * c.stages * stage_bytes(c);
+}
+// Launch bounds: the WARP_SPLIT instance has up to kMaxKSplits one-warp splits per CTA, at the registers
+// per thread of 16 one-warp CTAs per SM.
+__host__ __device__ constexpr int block_threads(TileConfig c, bool warp_split) {
+  return c.warps_m * c.warps_n * 32 * (warp_split ? kMaxKSplits : 1);
+}
+__host__ __device__ constexpr int min_blocks(TileConfig c, bool warp_split) {
+  return warp_split ? c.min_blocks / kMaxKSplits : c.min_blocks;
+}
+// Warp 0 of a split decode CTA reads the other warps' accumulators (16 x 32 fp32) from their rings.
+static_assert(kConfigs[0].a_in_registers && kConfigs[0].bm == 16 && kConfigs[0].warps_m * kConfigs[0].warps_n == 1 &&
+                  kConfigs[0].bm * kConfigs[0].bn * 4 <= kConfigs[0].stages * stage_bytes(kConfigs[0]) &&
+                  kConfigs[0].min_blocks % kMaxKSplits == 0,
+              "config 0 is the one-warp decode tile whose accumulators fit its ring");
 
 struct Params {
   const __nv_bfloat16* a;
@@ -106,8 +126,11 @@ struct Params {
   const int32_t* num_tiles;
   const int32_t* expert_offsets;
   void* out;
-  float* partial;       // kPartialFp32: [gridDim.z][partial_rows][n]
-  int64_t partial_rows;
+  // Unused. Params kept their size when the split-K partials' pointer and row stride went: without
+  // these 16 bytes ptxas allocated the instances' registers differently (the 96-row tiles reached 128
+  // registers and spilled, the decode CTAs took 113-118 instead of 112-114; the GEMMs were 4-10 %
+  // slower on the H200).
+  int64_t reserved[2];
 };
 
 __device__ __forceinline__ uint32_t ldg_u32(const void* p) {
@@ -120,11 +143,15 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
-template <int CFG, GemmEpilogue EPI>
-__global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n * 32, kConfigs[CFG].min_blocks)
+// WARP_SPLIT (decode tile only): the CTA's warps split K, one ring each. A separate instance, so that the
+// one-warp CTAs keep their code: with the split decided at run time inside one instance they were 7 %
+// slower on the H200.
+template <int CFG, GemmEpilogue EPI, bool WARP_SPLIT>
+__global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_blocks(kConfigs[CFG], WARP_SPLIT))
     grouped_gemm_kernel(Params p) {
   constexpr TileConfig c = kConfigs[CFG];
   static_assert(supports_epilogue(c, EPI), "this warp layout cannot run this epilogue");
+  static_assert(!WARP_SPLIT || c.a_in_registers, "only the decode tile splits K over its warps");
   constexpr int BM = c.bm, BN = c.bn, WM = c.warps_m, WN = c.warps_n, S = c.stages;
   constexpr int THREADS = c.warps_m * c.warps_n * 32;
   constexpr int WARP_M = BM / c.warps_m, WARP_N = BN / WN;
@@ -132,8 +159,11 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
   constexpr int A_BYTES = c.a_in_registers ? 0 : BM * 256, B_BYTES = (BN / 8) * 512, STAGE = int(stage_bytes(c));
   extern __shared__ __align__(16) uint8_t smem[];
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem);
-  uint8_t* ring = smem + kLutBytes;
+  // WARP_SPLIT: warp w sums K split w in its own ring, and tid is the thread's index in its split.
+  const unsigned tid = WARP_SPLIT ? threadIdx.x % 32 : threadIdx.x;  // unsigned: as threadIdx.x, cheap / and %
+  uint8_t* ring = smem + kLutBytes + (WARP_SPLIT ? size_t(threadIdx.x / 32) * S * STAGE : 0);
 
+  pdl_chain_entry();
   const int tile = blockIdx.y;
   if (tile >= *p.num_tiles) return;
   const int expert = p.tile_expert[tile];
@@ -141,9 +171,13 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
   const int rows = min(BM, p.expert_offsets[expert + 1] - row0);
   const int nb0 = blockIdx.x * (BN / 8);
   const int chunks = p.k / kChunkK;
-  // Split-K over gridDim.z (decode): this CTA sums chunks [kc_begin, kc_begin + my_chunks).
-  const int per_split = (chunks + gridDim.z - 1) / gridDim.z;
-  const int kc_begin = min(chunks, int(blockIdx.z) * per_split);
+  // Split-K (WARP_SPLIT): this warp sums chunks [kc_begin, kc_begin + my_chunks). Otherwise one split
+  // (blockIdx.z = 0, gridDim.z = 1: the expressions are kept as they were, because register allocation
+  // in this file turned out sensitive to them).
+  const int k_split = WARP_SPLIT ? int(threadIdx.x / 32) : int(blockIdx.z);
+  const int k_splits = WARP_SPLIT ? int(blockDim.x / 32) : int(gridDim.z);
+  const int per_split = (chunks + k_splits - 1) / k_splits;
+  const int kc_begin = min(chunks, k_split * per_split);
   const int my_chunks = min(chunks, kc_begin + per_split) - kc_begin;
   const size_t expert_blocks = size_t(p.n / 8) * chunks;
   const uint8_t* wbase = p.w + (size_t(expert) * expert_blocks + size_t(nb0) * chunks) * 512;
@@ -153,7 +187,7 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
   // copy is neither written nor read).
   auto a_source_row = [&](int r) { return p.a_slots ? p.a_slots[row0 + r] / p.top_k : row0 + r; };
 
-  for (int i = threadIdx.x; i < 256; i += THREADS) lut[i] = scale_lut_entry(i);
+  for (int i = threadIdx.x; i < 256; i += (WARP_SPLIT ? int(blockDim.x) : THREADS)) lut[i] = scale_lut_entry(i);
   const int live_frags = (rows + 15) / 16;  // m16 fragments holding rows of this tile
   const int read_rows = live_frags * 16;
 
@@ -163,7 +197,7 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
   static_assert(A_CHUNKS % THREADS == 0 && B_CHUNKS % THREADS == 0, "tile copies must split evenly over threads");
   constexpr int A_ITERS = A_CHUNKS / THREADS, B_ITERS = B_CHUNKS / THREADS;
   constexpr int A_ROWS_PER_ITER = THREADS / 16, B_BLOCKS_PER_ITER = THREADS / 32;
-  const int a_r = threadIdx.x / 16, a_ch = threadIdx.x % 16;  // A: row a_r + it * A_ROWS_PER_ITER, chunk a_ch
+  const int a_r = tid / 16, a_ch = tid % 16;  // A: row a_r + it * A_ROWS_PER_ITER, chunk a_ch
   int a_src_row[A_ITERS > 0 ? A_ITERS : 1];  // A's row behind each copied tile row (32 bits: registers)
 #pragma unroll
   for (int it = 0; it < A_ITERS; ++it) {
@@ -171,11 +205,11 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
     a_src_row[it] = r < rows ? a_source_row(r) : 0;
   }
   const __nv_bfloat16* a_chunk = p.a + a_ch * 8;
-  const int b_nb = threadIdx.x / 32, b_l = threadIdx.x % 32;  // W: block b_nb + it * B_BLOCKS_PER_ITER, lane b_l
+  const int b_nb = tid / 32, b_l = tid % 32;  // W: block b_nb + it * B_BLOCKS_PER_ITER, lane b_l
   const uint8_t* b_src = wbase + size_t(b_nb) * chunks * 512 + b_l * 16;
-  const bool s_active = threadIdx.x < S_CHUNKS;  // scales: S_CHUNKS <= THREADS
+  const bool s_active = tid < S_CHUNKS;  // scales: S_CHUNKS <= THREADS
   static_assert(S_CHUNKS <= THREADS, "one scale copy per thread at most");
-  const uint8_t* s_src = sbase + size_t(threadIdx.x / 4) * chunks * 64 + (threadIdx.x % 4) * 16;
+  const uint8_t* s_src = sbase + size_t(tid / 4) * chunks * 64 + (tid % 4) * 16;
   auto load_stage = [&](int kc, int stage) {
     uint8_t* sa = ring + stage * STAGE;
     uint8_t* sb = sa + A_BYTES;
@@ -193,10 +227,10 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
       cp_async16(sb + (b_nb + it * B_BLOCKS_PER_ITER) * 512 + b_l * 16,
                  b_src + (size_t(it * B_BLOCKS_PER_ITER) * chunks + kc) * 512, 16);
     }
-    if (s_active) cp_async16(ss + threadIdx.x * 16, s_src + size_t(kc) * 64, 16);
+    if (s_active) cp_async16(ss + tid * 16, s_src + size_t(kc) * 64, 16);
   };
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = tid / 32, lane = tid % 32;
   const int wm = warp / WN, wn = warp % WN;
   const int g = lane / 4, t = lane % 4;
   // M fragments are interleaved over the warp rows: fragment mt of warp row wm holds tile rows
@@ -228,7 +262,11 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
     for (int i = 0; i < my_chunks; ++i) {
       const int kc = kc_begin + i;
       cp_async_wait<S - 2>();
-      __syncthreads();  // stage i landed for all threads; stage i-1 is free to refill; LUT visible
+      // Stage i landed for all threads; stage i-1 is free to refill; LUT visible. WARP_SPLIT: a CTA
+      // barrier too (the warps share only the LUT), because with a warp barrier the compiler stopped
+      // issuing the A-fragment loads ahead of the wait; a short last split makes up its missing
+      // barriers after the loop.
+      __syncthreads();
       if (i + S - 1 < my_chunks) load_stage(kc + S - 1, (i + S - 1) % S);
       cp_async_commit();
       if constexpr (AM > 0) {
@@ -278,28 +316,31 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
   };
   with_static_count<MT, 1, 0>(active_mt, mainloop);
   cp_async_wait<0>();
+  if constexpr (WARP_SPLIT) {
+    for (int i = my_chunks; i < per_split; ++i) __syncthreads();  // a short last split: same barrier count
+    // Warps 1.. leave their sums in their drained rings; warp 0 adds them in warp (= K) order.
+    float4* mine = reinterpret_cast<float4*>(ring);
+    if (k_split > 0) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mine[nt * 32 + lane] = make_float4(acc[0][nt][0], acc[0][nt][1], acc[0][nt][2], acc[0][nt][3]);
+    }
+    __syncthreads();  // also: every warp's last ring reads are done
+    if (k_split > 0) return;
+    for (int w = 1; w < k_splits; ++w) {
+      const float4* theirs = reinterpret_cast<const float4*>(smem + kLutBytes + size_t(w) * S * STAGE);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float4 v = theirs[nt * 32 + lane];
+        acc[0][nt][0] = __fadd_rn(acc[0][nt][0], v.x), acc[0][nt][1] = __fadd_rn(acc[0][nt][1], v.y);
+        acc[0][nt][2] = __fadd_rn(acc[0][nt][2], v.z), acc[0][nt][3] = __fadd_rn(acc[0][nt][3], v.w);
+      }
+    }
+  }
 
   // Epilogue. acc element q of (mt, nt): row (mt*WM + wm)*16 + g + 8*(q/2), column 2t + q%2 of tile nt;
   // fragments past active_mt hold no rows of this tile.
   const float in_scale = p.input_scale ? p.input_scale[expert] : 1.0f;
-  if constexpr (EPI == GemmEpilogue::kPartialFp32) {
-    // Raw sums of this K split (columns in the weight's repacked order); reduce_splits_kernel finishes.
-    float* out = p.partial + size_t(blockIdx.z) * p.partial_rows * p.n;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = (mt * WM + wm) * 16 + g + 8 * half;
-        if (r >= rows) continue;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const int col = (nb0 + wn * (WARP_N / 8) + nt) * 8 + 2 * t;
-          *reinterpret_cast<float2*>(out + size_t(row0 + r) * p.n + col) =
-              make_float2(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
-        }
-      }
-    }
-  } else if constexpr (EPI == GemmEpilogue::kScaleFp32) {
+  if constexpr (EPI == GemmEpilogue::kScaleFp32) {
     const float f = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
     float* out = static_cast<float*>(p.out);
 #pragma unroll
@@ -347,101 +388,34 @@ __global__ void __launch_bounds__(kConfigs[CFG].warps_m* kConfigs[CFG].warps_n *
   }
 }
 
-// Finishes split-K: sums the partials of each sorted row in split order, then the real epilogue.
-// One CTA per sorted row; SwiGLU threads own 16 h columns (one NVFP4 block: 32 contiguous partial
-// columns [gate 8 | up 8 | gate 8 | up 8] per split), GEMM2 threads 4 columns per step. Every split's
-// loads are issued before the first add (a loop over a run-time split count with dependent adds
-// was one memory latency per add: 14 us for one token's 10 rows of GEMM1); the adds keep split order.
-template <GemmEpilogue EPI>
-__global__ void reduce_splits_kernel(Params p, int splits, int num_experts, const int32_t* topk_ids,
-                                     const int32_t* sorted_slots) {
-  const int64_t row = blockIdx.x;
-  if (row >= p.expert_offsets[num_experts]) return;
-  const int expert = topk_ids[sorted_slots[row]];
-  const float in_scale = p.input_scale ? p.input_scale[expert] : 1.0f;
-  const size_t split_stride = size_t(p.partial_rows) * p.n;
-  const float* src = p.partial + size_t(row) * p.n;
-  auto add4 = [](float4 a, float4 v) {
-    return make_float4(__fadd_rn(a.x, v.x), __fadd_rn(a.y, v.y), __fadd_rn(a.z, v.z), __fadd_rn(a.w, v.w));
-  };
-  if constexpr (EPI == GemmEpilogue::kScaleFp32) {
-    const float f = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
-    float* out = static_cast<float*>(p.out) + size_t(row) * p.n;
-    for (int c4 = threadIdx.x; c4 < p.n / 4; c4 += blockDim.x) {
-      float4 v[kMaxKSplits];
-#pragma unroll
-      for (int z = 0; z < kMaxKSplits; ++z)
-        if (z < splits) v[z] = reinterpret_cast<const float4*>(src + z * split_stride)[c4];
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int z = 0; z < kMaxKSplits; ++z)
-        if (z < splits) acc = add4(acc, v[z]);
-      reinterpret_cast<float4*>(out)[c4] =
-          make_float4(__fmul_rn(acc.x, f), __fmul_rn(acc.y, f), __fmul_rn(acc.z, f), __fmul_rn(acc.w, f));
-    }
-  } else {
-    const float fg = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
-    const float fu = __fmul_rn(__fmul_rn(p.scale_second[expert], 512.0f), in_scale);
-    const int inter = p.n / 2;
-    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + size_t(row) * inter;
-    for (int b = threadIdx.x; b < inter / 16; b += blockDim.x) {
-      // sum[j]: partial column 32b + j summed over the splits in split order.
-      float4 sum[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) sum[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int z = 0; z < kMaxKSplits; ++z) {
-        if (z >= splits) break;
-        const float4* s4 = reinterpret_cast<const float4*>(src + z * split_stride + 32 * b);
-        float4 v[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = s4[j];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) sum[j] = add4(sum[j], v[j]);
-      }
-      const float* cols = reinterpret_cast<const float*>(sum);
-      float h[16];
-#pragma unroll
-      for (int q = 0; q < 16; ++q) {
-        const int gate_col = 16 * (q / 8) + q % 8;  // repacked order: [gate 8 | up 8] per 16
-        h[q] = swiglu_fp32(__fmul_rn(cols[gate_col], fg), __fmul_rn(cols[gate_col + 8], fu));
-      }
-      if constexpr (EPI == GemmEpilogue::kSwigluNvfp4) {
-        const float quant_scale = p.out_scale[expert];
-        float amax = 0.0f;
-#pragma unroll
-        for (int q = 0; q < 16; ++q) amax = fmaxf(amax, fabsf(h[q]));
-        const float bs = nvfp4_block_scale(amax, quant_scale);
-#pragma unroll
-        for (int q = 0; q < 16; ++q) h[q] = nvfp4_qdq_value(h[q], amax, bs, quant_scale);
-      }
-#pragma unroll
-      for (int q = 0; q < 16; q += 2)
-        *reinterpret_cast<__nv_bfloat162*>(out + 16 * b + q) = __floats2bfloat162_rn(h[q], h[q + 1]);
-    }
-  }
-}
-
 template <int CFG, GemmEpilogue EPI>
-void launch_config(const Params& p, int64_t max_tiles, cudaStream_t stream, int splits = 1) {
+void launch_config(const Params& p, int64_t max_tiles, int splits, cudaStream_t stream) {
   constexpr TileConfig c = kConfigs[CFG];
   if constexpr (!supports_epilogue(c, EPI)) {
     fail("grouped GEMM: tile configuration ", CFG, " cannot run this epilogue");
   } else {
-    const dim3 grid(static_cast<unsigned>(p.n / c.bn), static_cast<unsigned>(max_tiles), static_cast<unsigned>(splits));
-    grouped_gemm_kernel<CFG, EPI><<<grid, c.warps_m * c.warps_n * 32, smem_bytes(c), stream>>>(p);
-    FP4MOE_CUDA_CHECK_LAUNCH();
+    FP4MOE_CHECK(splits == 1 || (c.a_in_registers && splits >= 1 && splits <= kMaxKSplits),
+                 "grouped GEMM: ", splits, " K splits for tile configuration ", CFG);
+    const dim3 grid(static_cast<unsigned>(p.n / c.bn), static_cast<unsigned>(max_tiles));
+    if constexpr (c.a_in_registers) {
+      if (splits > 1) {
+        launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, true>, grid, 32 * splits, smem_bytes(c, splits), stream, p);
+        return;
+      }
+    }
+    launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, false>, grid, c.warps_m * c.warps_n * 32, smem_bytes(c),
+                              stream, p);
   }
 }
 
 template <GemmEpilogue EPI>
-void launch_epilogue(const Params& p, int cfg, int64_t max_tiles, cudaStream_t stream) {
+void launch_epilogue(const Params& p, int cfg, int64_t max_tiles, int splits, cudaStream_t stream) {
   switch (cfg) {
-    case 0: return launch_config<0, EPI>(p, max_tiles, stream);
-    case 1: return launch_config<1, EPI>(p, max_tiles, stream);
-    case 2: return launch_config<2, EPI>(p, max_tiles, stream);
-    case 3: return launch_config<3, EPI>(p, max_tiles, stream);
-    case 4: return launch_config<4, EPI>(p, max_tiles, stream);
+    case 0: return launch_config<0, EPI>(p, max_tiles, splits, stream);
+    case 1: return launch_config<1, EPI>(p, max_tiles, splits, stream);
+    case 2: return launch_config<2, EPI>(p, max_tiles, splits, stream);
+    case 3: return launch_config<3, EPI>(p, max_tiles, splits, stream);
+    case 4: return launch_config<4, EPI>(p, max_tiles, splits, stream);
   }
   static_assert(kNumConfigs == 5, "launch_epilogue lists every configuration");
   fail("grouped GEMM: unknown tile configuration ", cfg);
@@ -454,21 +428,22 @@ int config_index(int tile_m, GemmEpilogue epilogue) {
   fail("grouped GEMM: no tile configuration for tile_m = ", tile_m, " (have 16, 64, 96, 128)");
 }
 
-template <int CFG>
-void configure_config() {
-  const int bytes = static_cast<int>(smem_bytes(kConfigs[CFG]));
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwiglu>,
+template <int CFG, bool WARP_SPLIT>
+void configure_instances() {
+  const int bytes = static_cast<int>(smem_bytes(kConfigs[CFG], WARP_SPLIT ? kMaxKSplits : 1));
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwiglu, WARP_SPLIT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if constexpr (supports_epilogue(kConfigs[CFG], GemmEpilogue::kSwigluNvfp4)) {
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwigluNvfp4>,
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwigluNvfp4, WARP_SPLIT>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   }
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kScaleFp32>,
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kScaleFp32, WARP_SPLIT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  if constexpr (CFG == 0) {
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kPartialFp32>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  }
+}
+template <int CFG>
+void configure_config() {
+  configure_instances<CFG, false>();
+  if constexpr (kConfigs[CFG].a_in_registers) configure_instances<CFG, true>();
 }
 
 }  // namespace
@@ -481,37 +456,37 @@ size_t grouped_gemm_smem_bytes(int tile_m) {
   return bytes;
 }
 
-int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m, int64_t wave_ctas) {
-  FP4MOE_CHECK(wave_ctas > 0, "grouped_gemm_k_splits: wave_ctas must be > 0 (grouped_gemm_decode_wave_ctas), got ",
-               wave_ctas);
-  if (tile_m != kConfigs[0].bm || rows > kSplitMaxRows || rows <= 0) return 1;
-  // The most splits that keep the one-warp CTAs within one wave of the device, >= 2 chunks per split.
-  // Measured (H200, 132 x 16 CTAs, E=512, T=1..16): a second, partial wave costs more than the split
-  // saves (GEMM1 at T=1: 3 splits 39 us, 4 splits 44 us, 1 split 42 us; GEMM2 at T=1 and everything
-  // from T=2 on is fastest unsplit).
-  const int64_t warps = (n / kConfigs[0].bn) * std::min<int64_t>(num_experts, rows);
-  const int64_t splits = std::min<int64_t>(wave_ctas / warps, std::min<int64_t>(kMaxKSplits, (k / kChunkK) / 2));
-  return static_cast<int>(std::max<int64_t>(1, splits));
+int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m,
+                          const DecodeResidency& residency) {
+  FP4MOE_CHECK(residency.sms > 0 && residency.ctas_per_sm[1] > 0,
+               "grouped_gemm_k_splits: unknown device residency (grouped_gemm_decode_residency)");
+  if (tile_m != kConfigs[0].bm || rows <= 0) return 1;
+  // The most splits whose CTAs (one warp per split) are all resident at once, >= 2 chunks per split.
+  // Measured (H200, E=512, T=1..16): a second, partial wave costs more than the split saves.
+  const int64_t ctas = (n / kConfigs[0].bn) * std::min<int64_t>(num_experts, rows);
+  const int most = static_cast<int>(std::min<int64_t>(kMaxKSplits, (k / kChunkK) / 2));
+  for (int splits = most; splits > 1; --splits)
+    if (ctas <= int64_t{residency.sms} * residency.ctas_per_sm[splits]) return splits;
+  return 1;
 }
 
-int grouped_gemm_decode_wave_ctas(int device) {
-  int sms = 0, per_sm = 0;
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+DecodeResidency grouped_gemm_decode_residency(int device) {
+  DecodeResidency r;
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, device));
   int current = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&current));
   FP4MOE_CUDA_CHECK(cudaSetDevice(device));
-  // The partial-sum instance is the one the split launches; its residency is the decode tile's.
-  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, grouped_gemm_kernel<0, GemmEpilogue::kPartialFp32>, kConfigs[0].warps_m * kConfigs[0].warps_n * 32,
-      smem_bytes(kConfigs[0]));
+  // Every epilogue of an instance is capped at the same registers (launch bounds).
+  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &r.ctas_per_sm[1], grouped_gemm_kernel<0, GemmEpilogue::kSwiglu, false>, 32, smem_bytes(kConfigs[0]));
+  for (int splits = 2; splits <= kMaxKSplits && err == cudaSuccess; ++splits) {
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm[splits], grouped_gemm_kernel<0, GemmEpilogue::kSwiglu, true>,
+                                                        32 * splits, smem_bytes(kConfigs[0], splits));
+  }
   FP4MOE_CUDA_CHECK(cudaSetDevice(current));
   FP4MOE_CUDA_CHECK(err);
-  FP4MOE_CHECK(sms > 0 && per_sm > 0, "grouped GEMM: the decode tile does not fit an SM of device ", device);
-  return sms * per_sm;
-}
-
-size_t grouped_gemm_split_workspace_bytes(int64_t max_n) {
-  return static_cast<size_t>(kMaxKSplits) * static_cast<size_t>(kSplitMaxRows) * static_cast<size_t>(max_n) * 4;
+  FP4MOE_CHECK(r.sms > 0 && r.ctas_per_sm[1] > 0, "grouped GEMM: the decode tile does not fit an SM of device ", device);
+  return r;
 }
 
 void configure_grouped_gemm_kernels() {
@@ -543,45 +518,21 @@ void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue e
   Params p{static_cast<const __nv_bfloat16*>(args.a), args.a_slots, args.top_k, args.w_packed, args.w_scales, static_cast<int>(args.n),
            static_cast<int>(args.k), args.scale_first, args.scale_second, args.input_scale, args.out_scale,
            args.route.tile_expert, args.route.tile_row_begin, args.route.num_tiles, args.route.expert_offsets,
-           args.out, args.split_workspace, args.rows};
+           args.out, {0, 0}};
   const int cfg = config_index(tile_m, epilogue);
   FP4MOE_CHECK(args.k_splits >= 0 && args.k_splits <= kMaxKSplits, "grouped GEMM: k_splits ", args.k_splits,
                " outside [0, ", kMaxKSplits, "]");
-  FP4MOE_CHECK(args.k_splits <= 1 || (args.split_workspace && tile_m == kConfigs[0].bm && args.rows <= kSplitMaxRows),
-               "grouped GEMM: forced k_splits ", args.k_splits, " needs the split workspace, tile_m 16 and rows <= ",
-               kSplitMaxRows);
+  FP4MOE_CHECK(args.k_splits <= 1 || tile_m == kConfigs[0].bm, "grouped GEMM: forced k_splits ", args.k_splits,
+               " needs tile_m ", kConfigs[0].bm, ", got ", tile_m);
   const int splits = args.k_splits > 0 ? args.k_splits
-                     : args.split_workspace
-                         ? grouped_gemm_k_splits(args.n, args.k, args.rows, args.num_experts, tile_m, args.decode_wave_ctas)
-                         : 1;
-  if (splits > 1) {
-    launch_config<0, GemmEpilogue::kPartialFp32>(p, args.max_tiles, stream, splits);
-    const unsigned rows = static_cast<unsigned>(args.rows);
-    switch (epilogue) {
-      case GemmEpilogue::kSwiglu:
-        reduce_splits_kernel<GemmEpilogue::kSwiglu><<<rows, 128, 0, stream>>>(
-            p, splits, args.num_experts, args.route.topk_ids, args.route.sorted_slots);
-        break;
-      case GemmEpilogue::kSwigluNvfp4:
-        reduce_splits_kernel<GemmEpilogue::kSwigluNvfp4><<<rows, 128, 0, stream>>>(
-            p, splits, args.num_experts, args.route.topk_ids, args.route.sorted_slots);
-        break;
-      case GemmEpilogue::kScaleFp32:
-        reduce_splits_kernel<GemmEpilogue::kScaleFp32><<<rows, 256, 0, stream>>>(
-            p, splits, args.num_experts, args.route.topk_ids, args.route.sorted_slots);
-        break;
-      case GemmEpilogue::kPartialFp32:
-        fail("grouped GEMM: kPartialFp32 is internal");
-    }
-    FP4MOE_CUDA_CHECK_LAUNCH();
-    return;
-  }
+                                       : grouped_gemm_k_splits(args.n, args.k, args.rows, args.num_experts, tile_m,
+                                                               args.decode_residency);
   switch (epilogue) {
-    case GemmEpilogue::kSwiglu: return launch_epilogue<GemmEpilogue::kSwiglu>(p, cfg, args.max_tiles, stream);
+    case GemmEpilogue::kSwiglu: return launch_epilogue<GemmEpilogue::kSwiglu>(p, cfg, args.max_tiles, splits, stream);
     case GemmEpilogue::kSwigluNvfp4:
-      return launch_epilogue<GemmEpilogue::kSwigluNvfp4>(p, cfg, args.max_tiles, stream);
-    case GemmEpilogue::kScaleFp32: return launch_epilogue<GemmEpilogue::kScaleFp32>(p, cfg, args.max_tiles, stream);
-    case GemmEpilogue::kPartialFp32: break;
+      return launch_epilogue<GemmEpilogue::kSwigluNvfp4>(p, cfg, args.max_tiles, splits, stream);
+    case GemmEpilogue::kScaleFp32:
+      return launch_epilogue<GemmEpilogue::kScaleFp32>(p, cfg, args.max_tiles, splits, stream);
   }
   fail("grouped GEMM: unknown epilogue");
 }

@@ -13,29 +13,30 @@
 
 namespace fp4moe {
 
+// Split-K (decode only): with few rows the N/32 x experts warps cannot fill the GPU, so K may be split
+// over up to kMaxKSplits warps of each decode CTA; warp 0 adds the others' fp32 sums in warp order
+// (deterministic) from shared memory and runs the epilogue. The splits are the most whose CTAs are all
+// resident at once on the device (grouped_gemm_decode_residency).
+inline constexpr int kMaxKSplits = 4;
+struct DecodeResidency {
+  int sms = 0;
+  int ctas_per_sm[kMaxKSplits + 1] = {};  // [s]: resident decode CTAs of s warps (s K splits) per SM
+};
+// Queries `device` (an occupancy query per split count; call at prepare).
+DecodeResidency grouped_gemm_decode_residency(int device);
+int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m,
+                          const DecodeResidency& residency);
+
 // The operands in this kernel's terms: w_packed [E][N/8][K/128][512] (nvfp4_mma_layout.h), w_scales
 // [E][N/8][K/128][64]; N and K multiples of 128.
 struct GroupedGemmArgs : GroupedGemmOperands {
   MoeRouteBuffers route;                // tile list, expert offsets
   int num_experts = 0;
   int64_t max_tiles = 0;                // grid bound: moe_max_tiles(T, K, E, tile_m)
-  int64_t rows = 0;                     // T*K (sorted rows; the row stride of split-K partials)
-  float* split_workspace = nullptr;     // grouped_gemm_split_workspace_bytes(N); null disables split-K
+  int64_t rows = 0;                     // T*K (sorted rows), for the split-K choice
   int k_splits = 0;                     // 0: grouped_gemm_k_splits decides; 1..kMaxKSplits forces (tuning, tests)
-  int decode_wave_ctas = 0;             // grouped_gemm_decode_wave_ctas(device): needed when split-K decides
+  DecodeResidency decode_residency;     // grouped_gemm_decode_residency(device): needed when split-K decides
 };
-
-// Split-K (decode only): with few rows the N/32 x experts warps cannot fill the GPU, so K is split
-// over up to kMaxKSplits CTAs whose fp32 partial sums are added in split order by a second kernel
-// (deterministic). Used when tile_m == 16 and T*K <= kSplitMaxRows. The splits are the most that keep
-// the decode CTAs within one wave of the device: wave_ctas = SMs x resident decode CTAs per SM
-// (grouped_gemm_decode_wave_ctas; 132 x 16 on an H100/H200, fewer on smaller parts).
-inline constexpr int kMaxKSplits = 4;
-inline constexpr int64_t kSplitMaxRows = 256;
-int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m, int64_t wave_ctas);
-// SMs x the decode configuration's resident CTAs per SM on `device` (an occupancy query; call at prepare).
-int grouped_gemm_decode_wave_ctas(int device);
-size_t grouped_gemm_split_workspace_bytes(int64_t max_n);
 
 // M tiles with a kernel configuration: 16 (decode: 1 warp x 32 columns per CTA, so every SM streams
 // weights), 64, 96 and 128 (prefill; 96 and 128 need more than 100 KB of shared memory per block).

@@ -355,9 +355,8 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a(const Sm90GemmArgs& args, GemmEpilogu
     case GemmEpilogue::kSwiglu: return launch_epi<GemmEpilogue::kSwiglu>(map, p, grid, stream);
     case GemmEpilogue::kSwigluNvfp4: return launch_epi<GemmEpilogue::kSwigluNvfp4>(map, p, grid, stream);
     case GemmEpilogue::kScaleFp32: return launch_epi<GemmEpilogue::kScaleFp32>(map, p, grid, stream);
-    case GemmEpilogue::kPartialFp32: break;
   }
-  fail("sm90 grouped GEMM: unsupported epilogue (split-K partials are an sm80 decode feature)");
+  fail("sm90 grouped GEMM: unknown epilogue");
 }
 
 }  // namespace fp4moe

@@ -47,7 +47,7 @@ size_t sm90_grouped_gemm_smem_bytes();
 // Sets the kernels' shared-memory attributes and resolves cuTensorMapEncodeTiled (once per device,
 // before capturing launches).
 void configure_sm90_grouped_gemm_kernels();
-// Launches on `stream` (no allocation, no host synchronization). kPartialFp32 is not supported.
+// Launches on `stream` (no allocation, no host synchronization).
 void launch_grouped_gemm_nvfp4w_bf16_sm90a(const Sm90GemmArgs& args, GemmEpilogue epilogue, cudaStream_t stream);
 
 // ---- Second kernel: weights dequantized into registers (grouped_gemm_nvfp4w_bf16_sm90a_regw.cu) ----
@@ -81,7 +81,7 @@ bool sm90_regw_gemm1_reads_slots(int tile_tokens);
 size_t sm90_regw_smem_bytes();
 void configure_sm90_regw_kernels();
 // Throws Error for a tile.rows not in kSm90RegwTileTokens or a tile other than sm90_regw_m_tile(tile.rows),
-// and for kSwigluNvfp4 / kPartialFp32
+// and for kSwigluNvfp4
 // (W4A4 GEMM1 stays on the first kernel, whose epilogue quantizes h along the lane quads).
 // cluster: 0 = 2-CTA clusters sharing each token tile (multicast TMA) when the weight units per token
 // tile are even, num_sms >= 2 and the device runs such clusters (queried by configure_sm90_regw_kernels

@@ -545,10 +545,9 @@ void launch_epi(const Sm90GemmArgs& args, const Params& p, int cluster, int64_t 
       FP4MOE_CHECK(!args.a_slots, "sm90 regw GEMM: a_slots (rows read through the sorted slots) is compiled for the "
                                   "SwiGLU epilogue (GEMM1) only");
       return launch_tile<T, GemmEpilogue::kScaleFp32>(args, p, cluster, groups, stream);
-    case GemmEpilogue::kSwigluNvfp4:
-    case GemmEpilogue::kPartialFp32: break;
+    case GemmEpilogue::kSwigluNvfp4: break;
   }
-  fail("sm90 regw GEMM: unsupported epilogue (W4A4 GEMM1 and split-K partials use other kernels)");
+  fail("sm90 regw GEMM: unsupported epilogue (W4A4 GEMM1 uses the first sm90 kernel)");
 }
 template <int T>
 void set_smem_attributes() {

@@ -10,7 +10,6 @@ enum class GemmEpilogue {
   kSwiglu,       // GEMM1: W rows gate/up interleaved by 8; out BF16 [rows, N/2] = bf16(silu(g) * u)
   kSwigluNvfp4,  // GEMM1, W4A4: h quantized to NVFP4 with out_scale[e], stored dequantized (without it)
   kScaleFp32,    // GEMM2: out fp32 [rows, N] = scale_first[e] (* input_scale[e]) * acc
-  kPartialFp32,  // internal (split-K): raw fp32 sums per K split, finished by a reduction kernel
 };
 
 struct GroupedGemmOperands {

@@ -19,7 +19,7 @@
 // reads the routing record as soon as CTA 0 of launch 1 has released it (a flag, long before launch 1
 // ends) and fills its first W2 ring stages before griddepcontrol.wait; only h waits for launch 1.
 // All orders are fixed: bit-identical reruns. The per-lane steps (activation loads, a chunk's decode +
-// mma, the lane's block copies, the PDL hooks, the strided walk) are in moe_fused_decode_sm80_steps.cuh.
+// mma, the lane's block copies, the strided walk) are in moe_fused_decode_sm80_steps.cuh.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -51,8 +51,6 @@ using fused_decode::copy_lane_bytes;
 using fused_decode::LaneBlock;
 using fused_decode::load_activations;
 using fused_decode::mma_chunk;
-using fused_decode::pdl_trigger_dependents;
-using fused_decode::pdl_wait_for_primary;
 using fused_decode::quantize_activations_w4a4;
 using fused_decode::read_lane_block;
 using fused_decode::StridedPos;

@@ -1,14 +1,15 @@
 // The fused decode kernels' per-lane steps (moe_fused_decode_sm80.cu): activation loads, the W4A4
 // activation quantization, one chunk's decode + mma, the lane's copies and reads of a weight block in
-// the nvfp4_decode_layout.h layout, the programmatic-dependent-launch hooks and the strided work walk.
-// Device code for SM80+ (griddepcontrol only from SM90); included by that one file, split off to keep
-// it readable.
+// the nvfp4_decode_layout.h layout and the strided work walk (the programmatic-dependent-launch hooks
+// are common/programmatic_launch.cuh). Device code for SM80+; included by that one file, split off to
+// keep it readable.
 #pragma once
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/common/programmatic_launch.cuh"
 #include "kernels/cuda/nvfp4_decode_layout.h"
 #include "kernels/cuda/nvfp4_device.cuh"
 
@@ -97,20 +98,6 @@ __device__ __forceinline__ LaneBlock read_lane_block(const uint8_t* lane_bytes, 
   return LaneBlock{*reinterpret_cast<const uint4*>(lane_bytes),
                    *reinterpret_cast<const uint4*>(lane_bytes + kDecodeHalfBytes),
                    *reinterpret_cast<const uint32_t*>(lane_bytes + kDecodeScaleOffset - lane * 12)};
-}
-
-// Programmatic dependent launch (SM90+): launch 2 is launched with the programmatic-serialization
-// attribute there, so its CTAs start (shared-memory table) while launch 1 drains, and wait here before
-// touching launch 1's output. Without the attribute, or before SM90, both are no-ops.
-__device__ __forceinline__ void pdl_trigger_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait_for_primary() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
 }
 
 // A position (outer, inner) in a sequence of work pieces numbered outer * inner_count + inner, and the

@@ -5,6 +5,7 @@
 //         (ties -> lower expert index). Softmax methods select on the raw logits; weights use precise
 //         weights in double rounded once to fp32, and sigmoid_grouped_topk's s = fp32(1/(1+exp(-l))) in
 //         double, exactly the steps of routing_reference.cpp, so selection matches it bit for bit.
+// route+align  up to 8 tokens: one CTA routes (warp w: token w) and then aligns, one kernel.
 // align   a stable counting sort without order-dependent atomics. Few slots: one CTA of 16 warps;
 //         each warp counts a contiguous range per expert (warp match + popc, a private histogram row),
 //         a scan over (expert, warp) gives every warp its start in every expert, and a second pass
@@ -14,6 +15,8 @@
 // gather  one CTA per sorted row; one thread per 16-value block (the NVFP4 block for W4A4).
 // combine one CTA per token; fixed slot order, products and sums rounded separately (__fmul_rn,
 //         __fadd_rn) exactly as the CPU reference's `acc += w * o` in fp32.
+// Every kernel here is a programmatic dependent launch on SM90+ (common/programmatic_launch.cuh): it
+// may be scheduled while the kernel before it drains and waits for it at its first line.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include "common/error.h"
 #include "kernels/cuda/common/block_scan.cuh"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/programmatic_launch.cuh"
 #include "kernels/cuda/moe_route_device.cuh"
 #include "kernels/cuda/moe_route_permute.h"
 #include "kernels/cuda/nvfp4_device.cuh"
@@ -38,11 +42,16 @@ constexpr int kAlignChunk = kAlignWarps * 32;  // slots per CTA of the multi-CTA
 // slots take three launches (count per chunk, scan, scatter per chunk), whose time does not grow
 // with the slots as the one CTA's does (100 us for 40960 slots on the H200).
 constexpr int64_t kAlignSingleCtaSlots = 2048;
+// Shared memory of the single-CTA align: hist [kAlignWarps][E] and scratch [kAlignWarps + 2].
+constexpr size_t single_cta_align_smem_bytes(int num_experts) {
+  return (static_cast<size_t>(kAlignWarps) * num_experts + kAlignWarps + 2) * sizeof(int);
+}
 
 using route_device::RouteParams;
 using route_device::route_token_warp;
 
 __global__ void route_kernel(RouteParams p) {
+  pdl_chain_entry();
   extern __shared__ float route_smem[];  // [warps][2 * E]: selection score, then value (sigmoid / logit)
   const int warp = threadIdx.x / 32;
   const int64_t token = static_cast<int64_t>(blockIdx.x) * kRouteWarpsPerBlock + warp;
@@ -131,9 +140,9 @@ __device__ __forceinline__ void scatter_slots_warp(const AlignParams& p, int64_t
 }
 
 // Single-CTA path (few slots): per-warp counts of contiguous slot ranges, the expert assignment, then
-// each warp scatters its range from its start in every expert.
-__global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) {
-  extern __shared__ int align_smem[];  // hist [kAlignWarps][E], scratch [kAlignWarps + 2]
+// each warp scatters its range from its start in every expert. align_smem: hist [kAlignWarps][E],
+// scratch [kAlignWarps + 2].
+__device__ void align_single_cta(const AlignParams& p, int* align_smem) {
   const int E = p.num_experts;
   int* hist = align_smem;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -170,8 +179,31 @@ __global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) 
   scatter_slots_warp(p, begin, end, my_hist);
 }
 
+__global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) {
+  pdl_chain_entry();
+  extern __shared__ int align_smem[];
+  align_single_cta(p, align_smem);
+}
+
+// Few tokens (decode): routing and the single-CTA align in one CTA, one launch and one global round trip
+// less. Warp w < T routes token w (its scratch: 2E floats of the shared memory, reused by the align's
+// histograms once every token is routed).
+__global__ void __launch_bounds__(kAlignWarps * 32) route_align_kernel(RouteParams route, AlignParams p) {
+  pdl_chain_entry();
+  extern __shared__ int align_smem[];
+  const int warp = threadIdx.x / 32;
+  if (warp < route.tokens) {
+    float* score = reinterpret_cast<float*>(align_smem) + static_cast<size_t>(warp) * 2 * route.num_experts;
+    route_token_warp(route, warp, score, score + route.num_experts, route.ids + warp * route.top_k,
+                     route.weights + warp * route.top_k);
+  }
+  __syncthreads();  // every token's ids are written (and visible to the block) and the scratch is free
+  align_single_cta(p, align_smem);
+}
+
 // Multi-CTA path, launch 1 of 3: CTA c counts chunk c's slots per expert into chunk_rows[c][E].
 __global__ void __launch_bounds__(kAlignWarps * 32) align_count_kernel(AlignParams p) {
+  pdl_chain_entry();
   extern __shared__ int align_smem[];  // counts [E]
   const int E = p.num_experts;
   for (int e = threadIdx.x; e < E; e += blockDim.x) align_smem[e] = 0;
@@ -187,6 +219,7 @@ __global__ void __launch_bounds__(kAlignWarps * 32) align_count_kernel(AlignPara
 // Multi-CTA path, launch 2 of 3 (one CTA): expert totals over the chunks, the expert assignment, and
 // chunk_rows[c][e] becomes chunk c's first row in expert e.
 __global__ void __launch_bounds__(kAlignWarps * 32) align_scan_kernel(AlignParams p) {
+  pdl_chain_entry();
   __shared__ int scratch[kAlignWarps + 2];
   const int E = p.num_experts, C = p.chunks;
   int32_t* rows = p.b.chunk_rows;
@@ -210,6 +243,7 @@ __global__ void __launch_bounds__(kAlignWarps * 32) align_scan_kernel(AlignParam
 // Multi-CTA path, launch 3 of 3: CTA c scatters chunk c; warp w starts, in expert e, at the chunk's
 // start plus the counts of the chunk's warps before w.
 __global__ void __launch_bounds__(kAlignWarps * 32) align_scatter_kernel(AlignParams p) {
+  pdl_chain_entry();
   extern __shared__ int align_smem[];  // hist [kAlignWarps][E]
   const int E = p.num_experts, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int* hist = align_smem;
@@ -235,6 +269,7 @@ __global__ void __launch_bounds__(kAlignWarps * 32) align_scatter_kernel(AlignPa
 
 __global__ void gather_kernel(const __nv_bfloat16* hidden, MoeRouteBuffers b, int top_k, int64_t hidden_size,
                               int num_experts, const float* input_scales, __nv_bfloat16* rows) {
+  pdl_chain_entry();
   const int64_t row = blockIdx.x;
   const int64_t routed = b.expert_offsets[num_experts];
   __nv_bfloat16* dst = rows + row * hidden_size;
@@ -301,6 +336,7 @@ constexpr int kCombineBatch = 8;
 template <typename In>
 __global__ void combine_kernel(const In* expert_out, MoeRouteBuffers b, int top_k, int64_t hidden_size,
                                __nv_bfloat16* out) {
+  pdl_chain_entry();
   __shared__ int32_t rows[kMaxTopK];
   __shared__ float weights[kMaxTopK];
   const int64_t token = blockIdx.x;
@@ -334,6 +370,7 @@ __global__ void combine_kernel(const In* expert_out, MoeRouteBuffers b, int top_
 }
 
 __global__ void swiglu_kernel(const float* gate_up, int64_t rows, int64_t inter, __nv_bfloat16* h) {
+  pdl_chain_entry();
   const int64_t total = rows * inter;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -411,44 +448,71 @@ void launch_moe_route(const RoutingConfig& config, const float* router_logits, c
                                                         topk_weights);
   const size_t smem = static_cast<size_t>(kRouteWarpsPerBlock) * 2 * E * sizeof(float);
   const unsigned blocks = static_cast<unsigned>((tokens + kRouteWarpsPerBlock - 1) / kRouteWarpsPerBlock);
-  route_kernel<<<blocks, kRouteWarpsPerBlock * 32, smem, stream>>>(p);
-  FP4MOE_CUDA_CHECK_LAUNCH();
+  launch_maybe_programmatic(route_kernel, blocks, kRouteWarpsPerBlock * 32, smem, stream, p);
 }
 
-void launch_moe_align(const MoeRouteBuffers& buffers, int64_t tokens, int top_k, int num_experts, MTile tile,
-                      cudaStream_t stream) {
+namespace {
+
+// The kernels with [kAlignWarps][E] shared histograms need more than 48 KB at E = 1024; the attribute is
+// per function and device.
+void configure_align_kernels() {
+  static std::atomic<uint64_t> configured_devices{0};
+  int device = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (configured_devices.load() & bit)) return;
+  const int max_smem = static_cast<int>(single_cta_align_smem_bytes(kMaxExperts));
+  static_assert(kFusedRouteAlignMaxTokens * 2 * sizeof(float) <= kAlignWarps * sizeof(int),
+                "the fused kernel's routing scratch fits the align's shared memory");
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(align_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(route_align_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(align_scatter_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+  configured_devices.fetch_or(bit);
+}
+
+AlignParams checked_align_params(const MoeRouteBuffers& buffers, int64_t tokens, int top_k, int num_experts, MTile tile) {
   FP4MOE_CHECK(num_experts >= 1 && num_experts <= kMaxExperts, "launch_moe_align: bad num_experts ", num_experts);
   FP4MOE_CHECK(tile.rows >= 1, "launch_moe_align: the M tile's rows must be >= 1, got ", tile.rows);
   FP4MOE_CHECK(tile.tail_rows >= 0 && tile.tail_rows <= tile.rows, "launch_moe_align: the M tile's tail_rows (",
                tile.tail_rows, ") must be in [0, rows = ", tile.rows, "]");
   FP4MOE_CHECK(tokens >= 0 && tokens * top_k < (int64_t{1} << 30), "launch_moe_align: bad token count ", tokens);
   const int64_t slots = tokens * top_k;
-  const int chunks = static_cast<int>((slots + kAlignChunk - 1) / kAlignChunk);
-  AlignParams p{buffers, slots, num_experts, tile, chunks};
-  // The kernels with [kAlignWarps][E] shared histograms need more than 48 KB at E = 1024; the
-  // attribute is per function and device.
-  static std::atomic<uint64_t> configured_devices{0};
-  int device = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit == 0 || !(configured_devices.load() & bit)) {
-    const int max_smem = static_cast<int>((kAlignWarps * kMaxExperts + kAlignWarps + 2) * sizeof(int));
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(align_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(align_scatter_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-    configured_devices.fetch_or(bit);
-  }
+  return AlignParams{buffers, slots, num_experts, tile, static_cast<int>((slots + kAlignChunk - 1) / kAlignChunk)};
+}
+
+}  // namespace
+
+void launch_moe_align(const MoeRouteBuffers& buffers, int64_t tokens, int top_k, int num_experts, MTile tile,
+                      cudaStream_t stream) {
+  const AlignParams p = checked_align_params(buffers, tokens, top_k, num_experts, tile);
+  const int64_t slots = p.slots;
+  const int chunks = p.chunks;
+  configure_align_kernels();
   const size_t hist_bytes = static_cast<size_t>(kAlignWarps) * num_experts * sizeof(int);
   if (slots <= kAlignSingleCtaSlots) {
-    align_kernel<<<1, kAlignWarps * 32, hist_bytes + (kAlignWarps + 2) * sizeof(int), stream>>>(p);
-    FP4MOE_CUDA_CHECK_LAUNCH();
+    launch_maybe_programmatic(align_kernel, 1, kAlignWarps * 32, single_cta_align_smem_bytes(num_experts), stream, p);
     return;
   }
-  align_count_kernel<<<chunks, kAlignWarps * 32, num_experts * sizeof(int), stream>>>(p);
-  FP4MOE_CUDA_CHECK_LAUNCH();
-  align_scan_kernel<<<1, kAlignWarps * 32, 0, stream>>>(p);
-  FP4MOE_CUDA_CHECK_LAUNCH();
-  align_scatter_kernel<<<chunks, kAlignWarps * 32, hist_bytes, stream>>>(p);
-  FP4MOE_CUDA_CHECK_LAUNCH();
+  launch_maybe_programmatic(align_count_kernel, chunks, kAlignWarps * 32, num_experts * sizeof(int), stream, p);
+  launch_maybe_programmatic(align_scan_kernel, 1, kAlignWarps * 32, 0, stream, p);
+  launch_maybe_programmatic(align_scatter_kernel, chunks, kAlignWarps * 32, hist_bytes, stream, p);
+}
+
+void launch_moe_route_align(const RoutingConfig& config, const float* router_logits, const float* correction_bias,
+                            const MoeRouteBuffers& buffers, int64_t tokens, MTile tile, cudaStream_t stream) {
+  if (tokens > kFusedRouteAlignMaxTokens) {
+    launch_moe_route(config, router_logits, correction_bias, tokens, buffers.topk_ids, buffers.topk_weights, stream);
+    launch_moe_align(buffers, tokens, config.top_k, config.num_experts, tile, stream);
+    return;
+  }
+  check_cuda_routing_config(config);
+  const AlignParams p = checked_align_params(buffers, tokens, config.top_k, config.num_experts, tile);
+  if (tokens == 0) return;
+  const RouteParams route = route_device::make_route_params(config, router_logits, correction_bias, tokens,
+                                                            buffers.topk_ids, buffers.topk_weights);
+  configure_align_kernels();
+  launch_maybe_programmatic(route_align_kernel, 1, kAlignWarps * 32, single_cta_align_smem_bytes(config.num_experts),
+                            stream, route, p);
 }
 
 void launch_moe_gather(const void* hidden_bf16, const MoeRouteBuffers& buffers, int64_t tokens, int top_k,
@@ -459,10 +523,9 @@ void launch_moe_gather(const void* hidden_bf16, const MoeRouteBuffers& buffers, 
   const int64_t rows = tokens * top_k;
   if (rows == 0) return;
   const int threads = static_cast<int>(std::min<int64_t>(256, (hidden_size / 16 + 31) / 32 * 32));
-  gather_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(hidden_bf16), buffers, top_k, hidden_size, num_experts, input_scales,
-      static_cast<__nv_bfloat16*>(rows_bf16));
-  FP4MOE_CUDA_CHECK_LAUNCH();
+  launch_maybe_programmatic(gather_kernel, static_cast<unsigned>(rows), threads, 0, stream,
+                            static_cast<const __nv_bfloat16*>(hidden_bf16), buffers, top_k, hidden_size, num_experts,
+                            input_scales, static_cast<__nv_bfloat16*>(rows_bf16));
 }
 
 void launch_moe_combine(const float* expert_out, const MoeRouteBuffers& buffers, int64_t tokens, int top_k,
@@ -472,9 +535,8 @@ void launch_moe_combine(const float* expert_out, const MoeRouteBuffers& buffers,
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(expert_out) % 16 == 0, "launch_moe_combine: expert outputs must be 16-byte aligned");
   if (tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden_size / 4 + 255) / 256));
-  combine_kernel<float><<<grid, 256, 0, stream>>>(
-      expert_out, buffers, top_k, hidden_size, static_cast<__nv_bfloat16*>(out_bf16));
-  FP4MOE_CUDA_CHECK_LAUNCH();
+  launch_maybe_programmatic(combine_kernel<float>, grid, 256, 0, stream, expert_out, buffers, top_k, hidden_size,
+                            static_cast<__nv_bfloat16*>(out_bf16));
 }
 
 void launch_moe_combine_bf16(const void* expert_out_bf16, const MoeRouteBuffers& buffers, int64_t tokens,
@@ -484,18 +546,16 @@ void launch_moe_combine_bf16(const void* expert_out_bf16, const MoeRouteBuffers&
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(expert_out_bf16) % 8 == 0, "launch_moe_combine_bf16: expert outputs must be 8-byte aligned");
   if (tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden_size / 4 + 255) / 256));
-  combine_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(expert_out_bf16), buffers, top_k, hidden_size,
-      static_cast<__nv_bfloat16*>(out_bf16));
-  FP4MOE_CUDA_CHECK_LAUNCH();
+  launch_maybe_programmatic(combine_kernel<__nv_bfloat16>, grid, 256, 0, stream,
+                            static_cast<const __nv_bfloat16*>(expert_out_bf16), buffers, top_k, hidden_size,
+                            static_cast<__nv_bfloat16*>(out_bf16));
 }
 
 void launch_moe_swiglu(const float* gate_up, int64_t rows, int64_t inter, void* h_bf16, cudaStream_t stream) {
   if (rows * inter == 0) return;
   const int64_t blocks = std::min<int64_t>((rows * inter + 255) / 256, 65535);
-  swiglu_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(gate_up, rows, inter,
-                                                                  static_cast<__nv_bfloat16*>(h_bf16));
-  FP4MOE_CUDA_CHECK_LAUNCH();
+  launch_maybe_programmatic(swiglu_kernel, static_cast<unsigned>(blocks), 256, 0, stream, gate_up, rows, inter,
+                            static_cast<__nv_bfloat16*>(h_bf16));
 }
 
 }  // namespace fp4moe

@@ -71,6 +71,12 @@ void check_cuda_routing_config(const RoutingConfig& config);
 void launch_moe_route(const RoutingConfig& config, const float* router_logits, const float* correction_bias,
                       int64_t tokens, int32_t* topk_ids, float* topk_weights, cudaStream_t stream);
 
+// launch_moe_route then launch_moe_align, the same results; up to kFusedRouteAlignMaxTokens tokens
+// (decode) as one kernel (one CTA routes and aligns: a launch and a global round trip less).
+inline constexpr int64_t kFusedRouteAlignMaxTokens = 8;
+void launch_moe_route_align(const RoutingConfig& config, const float* router_logits, const float* correction_bias,
+                            const MoeRouteBuffers& buffers, int64_t tokens, MTile tile, cudaStream_t stream);
+
 // Counting sort of the T*K slots by expert (stable by slot) and the M-tile list of `tile` (rows >= 1).
 // Expert ids outside [0, E) are treated as routed nowhere (their slot gets sorted row -1 and the
 // combine skips it); they cannot come from launch_moe_route.

@@ -3,7 +3,7 @@
 // served model (about 80 at 4096 tokens, 320 at 16384), not the 640 of the 64-expert stage timing.
 // Weights: 16 distinct synthetic experts repacked and uploaded, then copied 32 times on the device (each
 // expert still has its own 7 MB, so the weight traffic is real). Prints one line per (tokens, tile_m)
-// and per (tokens, split-K count) with CUDA-event medians of GEMM1 (+ its split reduction) and GEMM2.
+// and per (tokens, split-K count) with CUDA-event medians of GEMM1 and GEMM2.
 // Asserts what must hold whatever the speed: the M tiles 64/96/128 give bit-identical h and o (every
 // output element is the same mma.sync sequence over K), and forced split counts agree with no split
 // within fp32 reassociation.
@@ -70,7 +70,6 @@ TEST(CudaGroupedGemmSweep, Qwen35TilesAndSplits) {
   DeviceBuffer route_ws(moe_route_workspace_bytes(max_t, kK, kE, 16));
   const MoeRouteBuffers b = carve_moe_route_workspace(route_ws.get(), max_t, kK, kE, 16);
   DeviceBuffer rows(max_t * kK * kH * 2), h(max_t * kK * kI * 2), o(max_t * kK * kH * 4);
-  DeviceBuffer split(grouped_gemm_split_workspace_bytes(std::max(2 * kI, kH)));  // GEMM2's N is H
   // Activations: 1024 synthetic rows tiled to max_t tokens (the values only need to be non-trivial).
   const std::vector<uint16_t> act = test::to_bf16_bits(synthetic_activations(1024, kH, 11));
   DeviceBuffer hidden(max_t * kH * 2);
@@ -84,7 +83,7 @@ TEST(CudaGroupedGemmSweep, Qwen35TilesAndSplits) {
   for (auto& e : ev) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
 
   auto gemm_args = [&](int64_t T, int tile_m) {
-    return test::sm80_w4a16_gemm_args(w, b, T, kK, kE, kH, kI, tile_m, rows.get(), h.get(), o.get(), split.as<float>());
+    return test::sm80_w4a16_gemm_args(w, b, T, kK, kE, kH, kI, tile_m, rows.get(), h.get(), o.get(), true);
   };
   // Times GEMM1 and GEMM2 (medians, us); `prepare(rep)` routes, aligns and gathers before each rep.
   auto time_gemms = [&](GroupedGemmArgs& a1, GroupedGemmArgs& a2, int tile_m, int reps, const auto& prepare) {
@@ -153,8 +152,8 @@ TEST(CudaGroupedGemmSweep, Qwen35TilesAndSplits) {
       const auto [us1, us2] = time_gemms(a1, a2, 16, 40, prepare);
       const std::string label =
           splits > 0 ? std::to_string(splits)
-                     : "auto(" + std::to_string(grouped_gemm_k_splits(2 * kI, kH, T * kK, static_cast<int>(kE), 16, a1.decode_wave_ctas)) + "/" +
-                           std::to_string(grouped_gemm_k_splits(kH, kI, T * kK, static_cast<int>(kE), 16, a2.decode_wave_ctas)) + ")";
+                     : "auto(" + std::to_string(grouped_gemm_k_splits(2 * kI, kH, T * kK, static_cast<int>(kE), 16, a1.decode_residency)) + "/" +
+                           std::to_string(grouped_gemm_k_splits(kH, kI, T * kK, static_cast<int>(kE), 16, a2.decode_residency)) + ")";
       std::printf("[ sweep ] T=%-5lld tile_m=16  splits=%-9s GEMM1 %6.1f us  GEMM2 %6.1f us  sum %6.1f us\n",
                   static_cast<long long>(T), label.c_str(),
                   us1, us2, us1 + us2);

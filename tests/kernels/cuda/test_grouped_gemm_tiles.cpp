@@ -45,8 +45,8 @@ TEST(CudaGroupedGemmTiles, EveryTileConfigurationGivesTheSameBits) {
       launch_moe_route(rc, logits.as<float>(), nullptr, T, b.topk_ids, b.topk_weights, nullptr);
       launch_moe_align(b, T, K, E, MTile{tile_m, 0}, nullptr);
       launch_moe_gather(hidden.get(), b, T, K, E, H, nullptr, rows.get(), nullptr);
-      // No split workspace: one pass over K.
-      const auto [a1, a2] = test::sm80_w4a16_gemm_args(dw, b, T, K, E, H, I, tile_m, rows.get(), h.get(), o.get(), nullptr);
+      // No split: one pass over K.
+      const auto [a1, a2] = test::sm80_w4a16_gemm_args(dw, b, T, K, E, H, I, tile_m, rows.get(), h.get(), o.get(), false);
       // W4A4 epilogue first (its h is only compared), then W4A16 h and the GEMM2 that reads it.
       FP4MOE_CUDA_CHECK(cudaMemset(h.get(), 0xFF, T * K * I * 2));
       launch_grouped_gemm_nvfp4w_bf16(a1, GemmEpilogue::kSwigluNvfp4, tile_m, nullptr);

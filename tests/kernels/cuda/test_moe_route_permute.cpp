@@ -81,6 +81,58 @@ TEST(CudaMoeRoute, MatchesRouteReference) {
   }
 }
 
+// launch_moe_route_align = launch_moe_route then launch_moe_align, bit for bit: up to 8 tokens it is one
+// kernel (routing and align in one CTA), at 9 the two launches. Every routing method, with and without a
+// tail; both workspaces poisoned first.
+TEST(CudaMoeRouteAlign, FusedMatchesRouteThenAlign) {
+  FP4MOE_REQUIRE_SM80(device);
+  for (const RouteCase& rc : route_cases()) {
+    for (const int64_t tokens : {int64_t{1}, int64_t{3}, kFusedRouteAlignMaxTokens, kFusedRouteAlignMaxTokens + 1}) {
+      for (const MTile tile : {MTile{16, 0}, MTile{64, 8}}) {
+        const RoutingConfig& c = rc.config;
+        const int E = c.num_experts, K = c.top_k;
+        const std::vector<float> logits = test::random_logits(tokens, E, 5 + tokens);
+        std::vector<float> bias(static_cast<size_t>(E));
+        for (int e = 0; e < E; ++e) bias[e] = 0.02f * static_cast<float>((e * 13) % 7) - 0.06f;
+        const bool grouped = c.method == RoutingMethod::kSigmoidGroupedTopk;
+        DeviceBuffer d_logits = DeviceBuffer::from_host(logits), d_bias = DeviceBuffer::from_host(bias);
+        const float* bias_ptr = grouped ? d_bias.as<float>() : nullptr;
+        const size_t bytes = moe_route_workspace_bytes(tokens, K, E, tile.rows);
+        DeviceBuffer ws_two(bytes), ws_one(bytes);
+        FP4MOE_CUDA_CHECK(cudaMemset(ws_two.get(), 0xFF, bytes));
+        FP4MOE_CUDA_CHECK(cudaMemset(ws_one.get(), 0xFF, bytes));
+        const MoeRouteBuffers two = carve_moe_route_workspace(ws_two.get(), tokens, K, E, tile.rows);
+        const MoeRouteBuffers one = carve_moe_route_workspace(ws_one.get(), tokens, K, E, tile.rows);
+        launch_moe_route(c, d_logits.as<float>(), bias_ptr, tokens, two.topk_ids, two.topk_weights, nullptr);
+        launch_moe_align(two, tokens, K, E, tile, nullptr);
+        launch_moe_route_align(c, d_logits.as<float>(), bias_ptr, one, tokens, tile, nullptr);
+        FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::string label = std::string(rc.name) + " T=" + std::to_string(tokens) + " tile " +
+                                  std::to_string(tile.rows) + "+" + std::to_string(tile.tail_rows);
+        auto same = [&](const void* a, const void* b, size_t n, const char* what) {
+          std::vector<uint32_t> va(n), vb(n);
+          FP4MOE_CUDA_CHECK(cudaMemcpy(va.data(), a, n * 4, cudaMemcpyDeviceToHost));
+          FP4MOE_CUDA_CHECK(cudaMemcpy(vb.data(), b, n * 4, cudaMemcpyDeviceToHost));
+          EXPECT_EQ(va, vb) << label << ": " << what;
+          return va;
+        };
+        const size_t slots = static_cast<size_t>(tokens * K);
+        same(two.topk_ids, one.topk_ids, slots, "topk_ids");
+        same(two.topk_weights, one.topk_weights, slots, "topk_weights");
+        same(two.expert_counts, one.expert_counts, E, "expert_counts");
+        same(two.expert_offsets, one.expert_offsets, E + 1, "expert_offsets");
+        same(two.sorted_slots, one.sorted_slots, slots, "sorted_slots");
+        same(two.slot_rows, one.slot_rows, slots, "slot_rows");
+        const uint32_t tiles = same(two.num_tiles, one.num_tiles, 1, "num_tiles")[0];
+        ASSERT_GE(tiles, 1u) << label;
+        ASSERT_LE(tiles, static_cast<uint32_t>(moe_max_tiles(tokens, K, E, tile.rows))) << label;
+        same(two.tile_expert, one.tile_expert, tiles, "tile_expert");
+        same(two.tile_row_begin, one.tile_row_begin, tiles, "tile_row_begin");
+      }
+    }
+  }
+}
+
 // Host expectation of launch_moe_align: stable counting sort by expert. 400 slots take the one-CTA
 // kernel; 4000 and 19996 slots (a partial last chunk, E = 1024 with 64 KB histograms) the multi-CTA one.
 // The tiles, with and without a tail (MTile), are checked against the rule the GEMMs read them by: a

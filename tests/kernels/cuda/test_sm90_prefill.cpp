@@ -372,7 +372,6 @@ TEST(CudaSm90PrefillGemm, RegwRejectsUnknownTileAndW4A4Epilogue) {
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, MTile{64, 64}, GemmEpilogue::kScaleFp32, nullptr), Error);
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, MTile{256, 0}, GemmEpilogue::kScaleFp32, nullptr), Error);
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(64), GemmEpilogue::kSwigluNvfp4, nullptr), Error);
-  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(64), GemmEpilogue::kPartialFp32, nullptr), Error);
   // One 128-row N tile = one unit per token tile: no pair of units to share it in a 2-CTA cluster.
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(64), GemmEpilogue::kScaleFp32, nullptr, 2), Error);
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(g, sm90_regw_m_tile(64), GemmEpilogue::kScaleFp32, nullptr, 3), Error);
