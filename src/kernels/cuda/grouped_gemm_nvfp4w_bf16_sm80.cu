@@ -379,6 +379,7 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
   const float in_scale = p.input_scale ? p.input_scale[expert] : 1.0f;
   if constexpr (c.a_in_registers && EPI != GemmEpilogue::kSwigluNvfp4) {
     if (narrow) {  // acc[0][q][j]: weight row g of tile 2q + j / 2 (gate / up for SwiGLU), token 2t + j % 2
+      static_assert(WM == 1 && WN == 1 && NT % 2 == 0, "the narrow form: one warp per tile, n8 tiles in pairs");
       const float f1 = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
       const float f2 = EPI == GemmEpilogue::kSwiglu ? __fmul_rn(__fmul_rn(p.scale_second[expert], 512.0f), in_scale) : 0.0f;
 #pragma unroll
