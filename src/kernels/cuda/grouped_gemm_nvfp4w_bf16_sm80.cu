@@ -292,6 +292,17 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
           wq[nt] = *reinterpret_cast<const uint4*>(sb + nb * 512 + lane * 16);
           sc[nt] = *reinterpret_cast<const uint2*>(ss + nb * 64 + g * 8);
         }
+        // The lane's two bf16x2 weight operands of n8 tile nt at k step s (B fragment b0, b1: row g, k
+        // pairs 2t and 2t + 8): the step uses two of its word's four outputs.
+        auto decode_step = [&](int nt, int s, uint32_t& b0, uint32_t& b1) {
+          const uint32_t word = (s / 2 == 0) ? wq[nt].x : (s / 2 == 1) ? wq[nt].y : (s / 2 == 2) ? wq[nt].z : wq[nt].w;
+          const uint32_t codes = (s < 4) ? sc[nt].x : sc[nt].y;
+          const uint32_t scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
+          uint32_t v[4];
+          decode_word(word, v);
+          b0 = bf16x2_mul((s & 1) ? v[2] : v[0], scale);
+          b1 = bf16x2_mul((s & 1) ? v[3] : v[1], scale);
+        };
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
           if constexpr (NARROW) {
@@ -302,16 +313,7 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
             for (int q = 0; q < NT / 2; ++q) {
               uint32_t w[4];  // A fragment: rows g (tile 2q) and g + 8 (tile 2q + 1), k pairs 2t and 2t + 8
 #pragma unroll
-              for (int j = 0; j < 2; ++j) {
-                const int nt = 2 * q + j;
-                const uint32_t word = (s / 2 == 0) ? wq[nt].x : (s / 2 == 1) ? wq[nt].y : (s / 2 == 2) ? wq[nt].z : wq[nt].w;
-                const uint32_t codes = (s < 4) ? sc[nt].x : sc[nt].y;
-                const uint32_t scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
-                uint32_t v[4];
-                decode_word(word, v);
-                w[j] = bf16x2_mul((s & 1) ? v[2] : v[0], scale);
-                w[2 + j] = bf16x2_mul((s & 1) ? v[3] : v[1], scale);
-              }
+              for (int j = 0; j < 2; ++j) decode_step(2 * q + j, s, w[j], w[2 + j]);
               mma_bf16(acc[0][q], w, tok0, tok1);
             }
           } else {
@@ -332,13 +334,8 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
             }
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-              const uint32_t word = (s / 2 == 0) ? wq[nt].x : (s / 2 == 1) ? wq[nt].y : (s / 2 == 2) ? wq[nt].z : wq[nt].w;
-              const uint32_t codes = (s < 4) ? sc[nt].x : sc[nt].y;
-              const uint32_t scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
-              uint32_t v[4];  // the step uses two of the word's outputs; the other two are not computed here
-              decode_word(word, v);
-              const uint32_t b0 = bf16x2_mul((s & 1) ? v[2] : v[0], scale);
-              const uint32_t b1 = bf16x2_mul((s & 1) ? v[3] : v[1], scale);
+              uint32_t b0, b1;
+              decode_step(nt, s, b0, b1);
 #pragma unroll
               for (int mt = 0; mt < AM; ++mt) mma_bf16(acc[mt][nt], a[mt], b0, b1);
             }
