@@ -667,9 +667,6 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   // Persistent grid, every CTA resident. Items come in rounds over the grid: one token's 10 experts x 128
   // tiles = 1280 items are 3.2 rounds on 396 CTAs, so the longest CTA does 4 items (16 steps per warp).
   plan.gemm1_grid = std::min(occupancy1, ctas_per_sm1(w4a4 ? 2 : 1)) * multiprocessors;
-  int major = 0;
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  plan.programmatic_launch = major >= 9;
   plan.gemm2_grid = static_cast<int>(std::min<int64_t>(problem.hidden / kDecodeTileRows, int64_t(occupancy2) * multiprocessors));
   return plan;
 }
@@ -717,17 +714,10 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p2.record = ws.record;
     p2.tokens = T, p2.hidden_size = H, p2.inter = I, p2.top_k = K, p2.tk_cap = tk_cap;
     p2.out = out + t0 * H;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(plan.gemm2_grid));
-    config.blockDim = dim3(static_cast<unsigned>(kGemm2Shapes[plan.gemm2_shape].warps * 32));  // index checked above
-    config.dynamicSmemBytes = plan.gemm2_smem;
-    config.stream = stream;
-    cudaLaunchAttribute programmatic{};
-    programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    programmatic.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &programmatic;
-    config.numAttrs = plan.programmatic_launch ? 1 : 0;
-    FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&config, gemm2, p2));
+    // SM90+: launch 2 overlaps launch 1's tail (programmatic dependent launch).
+    launch_maybe_programmatic(gemm2, static_cast<unsigned>(plan.gemm2_grid),
+                              static_cast<unsigned>(kGemm2Shapes[plan.gemm2_shape].warps * 32),  // index checked above
+                              plan.gemm2_smem, stream, p2);
   }
 }
 

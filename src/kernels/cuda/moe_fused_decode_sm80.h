@@ -43,7 +43,6 @@ struct FusedDecodePlan {
   int gemm2_grid = 0;
   size_t gemm1_smem = 0;
   size_t gemm2_smem = 0;
-  bool programmatic_launch = false;  // SM90+: launch 2 overlaps launch 1's tail (programmatic dependent launch)
   int gemm2_shape = kFusedDecodeDefaultGemm2Shape;  // launch 2's CTA shape (index into the kernel's table)
 };
 
