@@ -83,6 +83,12 @@ constexpr RegwConfig regw_config(int tokens) {
     if (c.tokens == tokens) return c;
   return {0, 0, 0, 0.0, 0.0, false, 0};
 }
+// The host-side lookup of a token tile's configuration: an unknown tile is an error.
+RegwConfig compiled_regw_config(int tile_tokens) {
+  const RegwConfig c = regw_config(tile_tokens);
+  FP4MOE_CHECK(c.tokens != 0, "sm90 regw GEMM: token tile ", tile_tokens, " is not compiled");
+  return c;
+}
 template <int T>
 struct RegwLayout {
   static constexpr RegwConfig cfg = regw_config(T);
@@ -626,16 +632,11 @@ int sm90_regw_choose_tile_tokens(int64_t tokens, int top_k, int num_experts) {
 }
 
 MTile sm90_regw_m_tile(int tile_tokens) {
-  const RegwConfig c = regw_config(tile_tokens);
-  FP4MOE_CHECK(c.tokens != 0, "sm90 regw GEMM: token tile ", tile_tokens, " is not compiled");
+  const RegwConfig c = compiled_regw_config(tile_tokens);
   return MTile{c.tokens, c.tail_rows};
 }
 
-bool sm90_regw_gemm1_reads_slots(int tile_tokens) {
-  const RegwConfig c = regw_config(tile_tokens);
-  FP4MOE_CHECK(c.tokens != 0, "sm90 regw GEMM: token tile ", tile_tokens, " is not compiled");
-  return c.gemm1_slots;
-}
+bool sm90_regw_gemm1_reads_slots(int tile_tokens) { return compiled_regw_config(tile_tokens).gemm1_slots; }
 
 size_t sm90_regw_smem_bytes() {
   return std::max({size_t(RegwLayout<64>::kSmemBytes), size_t(RegwLayout<128>::kSmemBytes),
@@ -663,8 +664,7 @@ void configure_sm90_regw_kernels() {
 void launch_grouped_gemm_nvfp4w_bf16_sm90a_regw(const Sm90GemmArgs& args, MTile tile, GemmEpilogue epilogue,
                                                 cudaStream_t stream, int cluster) {
   const int tile_tokens = tile.rows;
-  const RegwConfig cfg = regw_config(tile_tokens);
-  FP4MOE_CHECK(cfg.tokens != 0, "sm90 regw GEMM: token tile ", tile_tokens, " is not compiled");
+  const RegwConfig cfg = compiled_regw_config(tile_tokens);
   FP4MOE_CHECK(tile.tail_rows == cfg.tail_rows, "sm90 regw GEMM: the M tiles (", tile.rows, " rows + a tail of ",
                tile.tail_rows, ") are not the kernel's (", tile_tokens, " + ", cfg.tail_rows,
                "): align with sm90_regw_m_tile(", tile_tokens, ")");
