@@ -5,7 +5,8 @@
 //         (ties -> lower expert index). Softmax methods select on the raw logits; weights use precise
 //         weights in double rounded once to fp32, and sigmoid_grouped_topk's s = fp32(1/(1+exp(-l))) in
 //         double, exactly the steps of routing_reference.cpp, so selection matches it bit for bit.
-// route+align  up to 8 tokens: one CTA routes (warp w: token w) and then aligns, one kernel.
+// route+align  up to 8 tokens: one CTA routes (warp w: token w) and then aligns its <= 256 slots by
+//         ranking each slot against the others (no histograms), one kernel.
 // align   a stable counting sort without order-dependent atomics. Few slots: one CTA of 16 warps;
 //         each warp counts a contiguous range per expert (warp match + popc, a private histogram row),
 //         a scan over (expert, warp) gives every warp its start in every expert, and a second pass
@@ -21,6 +22,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 
 #include "common/error.h"
 #include "kernels/cuda/common/block_scan.cuh"
@@ -68,6 +70,11 @@ struct AlignParams {
   int chunks;  // kAlignChunk-slot chunks (multi-CTA path; 1 on the single-CTA path)
 };
 
+// M tiles of an expert with `count` rows (MTile): ceil(count / rows), one fewer when the last takes a tail.
+__device__ __forceinline__ int mtile_count(int count, MTile tile) {
+  return count == 0 ? 0 : max(1, (count - tile.tail_rows + tile.rows - 1) / tile.rows);
+}
+
 // Expert of slot i, or -1 past `end` and for ids outside [0, E) (routed nowhere).
 __device__ __forceinline__ int align_expert(const AlignParams& p, int64_t i, int64_t end) {
   const int e = i < end ? p.b.topk_ids[i] : -1;
@@ -89,8 +96,7 @@ __device__ void assign_rows_and_tiles(const AlignParams& p, CountOf count_of, Fi
     const int count = e < E ? count_of(e) : 0;
     int total = 0;
     const int offset = block_exclusive_scan<kAlignWarps>(count, scratch, total);
-    // ceil(count / rows) tiles, one fewer when the last would hold at most tail_rows rows (MTile).
-    const int tiles = count == 0 ? 0 : max(1, (count - p.tile.tail_rows + p.tile.rows - 1) / p.tile.rows);
+    const int tiles = mtile_count(count, p.tile);
     int tiles_total = 0;
     const int tile_offset = block_exclusive_scan<kAlignWarps>(tiles, scratch, tiles_total);
     const int row_base = bases[0], tile_base = bases[1];
@@ -185,20 +191,105 @@ __global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) 
   align_single_cta(p, align_smem);
 }
 
-// Few tokens (decode): routing and the single-CTA align in one CTA, one launch and one global round trip
-// less. Warp w < T routes token w (its scratch: 2E floats of the shared memory, reused by the align's
-// histograms once every token is routed).
-__global__ void __launch_bounds__(kAlignWarps * 32) route_align_kernel(RouteParams route, AlignParams p) {
+// Few tokens (decode): routing and the align in one CTA, one launch and one global round trip less.
+// Warp w < T routes token w into shared memory (its scratch: 2E floats). With at most
+// kFusedRouteAlignMaxTokens * kMaxTopK = 256 slots the align needs no histograms: thread i ranks slot i
+// against the others (rank = slots of lower experts + earlier slots of the same expert: stable), four
+// slots per shared-memory read; the first slot of each expert lays out its M tiles; and each expert's
+// offset and count are binary searches in the sorted experts. Shared memory: route scratch [T][2E] floats
+// | slot experts [256] (-1 past S) | slot weights [256] | tiles at each expert's first slot [256] | sorted
+// experts [256] (INT_MAX past the routed slots).
+constexpr int kFewSlots = 256;
+static_assert(kFusedRouteAlignMaxTokens * kMaxTopK <= kFewSlots && kFewSlots <= kAlignWarps * 32 && kFewSlots % 4 == 0,
+              "the fused kernel's slots fit one pass of its threads");
+// The route scratch in ints, rounded up so that the slot arrays after it are 16-byte aligned.
+__host__ __device__ constexpr size_t route_scratch_ints(int64_t tokens, int num_experts) {
+  return (static_cast<size_t>(tokens) * 2 * num_experts + 3) / 4 * 4;
+}
+constexpr size_t route_align_smem_bytes(int64_t tokens, int num_experts) {
+  return (route_scratch_ints(tokens, num_experts) + 4 * kFewSlots) * sizeof(int);
+}
+
+__global__ void __launch_bounds__(kAlignWarps * 32, 1) route_align_kernel(RouteParams route, AlignParams p) {
   pdl_chain_entry();
   extern __shared__ int align_smem[];
-  const int warp = threadIdx.x / 32;
-  if (warp < route.tokens) {
-    float* score = reinterpret_cast<float*>(align_smem) + static_cast<size_t>(warp) * 2 * route.num_experts;
-    route_token_warp(route, warp, score, score + route.num_experts, route.ids + warp * route.top_k,
-                     route.weights + warp * route.top_k);
+  const int warp = threadIdx.x / 32, E = route.num_experts, K = route.top_k;
+  const int S = static_cast<int>(p.slots), T = static_cast<int>(route.tokens);
+  int* slot_expert = align_smem + route_scratch_ints(T, E);
+  float* slot_weight = reinterpret_cast<float*>(slot_expert + kFewSlots);
+  int* leader_tiles = slot_expert + 2 * kFewSlots;
+  int* sorted_expert = slot_expert + 3 * kFewSlots;
+  const int i = threadIdx.x;
+  if (warp < T) {
+    float* score = reinterpret_cast<float*>(align_smem) + static_cast<size_t>(warp) * 2 * E;
+    route_token_warp(route, warp, score, score + E, slot_expert + warp * K, slot_weight + warp * K);
   }
-  __syncthreads();  // every token's ids are written (and visible to the block) and the scratch is free
-  align_single_cta(p, align_smem);
+  if (i >= S && i < kFewSlots) slot_expert[i] = -1;  // past the slots: no expert (read four at a time below)
+  if (i < kFewSlots) sorted_expert[i] = INT_MAX;
+  __syncthreads();  // every slot's expert and weight is in shared memory
+  const int e = i < S ? slot_expert[i] : -1;
+  const bool valid = e >= 0 && e < E;  // ids outside [0, E) (not from the routing) are routed nowhere
+  int below = 0, same_before = 0, same = 0, above = 0;
+  if (i < S) {
+    route.ids[i] = e;
+    route.weights[i] = slot_weight[i];
+    const int4* experts4 = reinterpret_cast<const int4*>(slot_expert);
+#pragma unroll 4
+    for (int j4 = 0; j4 < (S + 3) / 4; ++j4) {
+      const int4 q = experts4[j4];
+      const int ej[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const bool vj = ej[u] >= 0 && ej[u] < E;
+        below += vj && ej[u] < e;
+        above += vj && ej[u] > e;
+        same += ej[u] == e;
+        same_before += ej[u] == e && 4 * j4 + u < i;
+      }
+    }
+    const int rank = below + same_before;
+    p.b.slot_rows[i] = valid ? rank : -1;
+    if (valid) {
+      p.b.sorted_slots[rank] = i;
+      sorted_expert[rank] = e;
+    }
+  }
+  const bool leader = i < S && valid && same_before == 0;  // the expert's first slot
+  if (i < kFewSlots) leader_tiles[i] = leader ? mtile_count(same, p.tile) : 0;
+  if (i == 0) *p.b.num_tiles = 0, p.b.expert_offsets[E] = 0;  // no routed slot (overwritten below if any)
+  __syncthreads();
+  if (leader) {  // its tiles follow those of the lower experts
+    int tile_base = 0;
+    const int4* experts4 = reinterpret_cast<const int4*>(slot_expert);
+    const int4* tiles4 = reinterpret_cast<const int4*>(leader_tiles);
+#pragma unroll 4
+    for (int j4 = 0; j4 < (S + 3) / 4; ++j4) {
+      const int4 q = experts4[j4], n = tiles4[j4];
+      tile_base += (q.x < e ? n.x : 0) + (q.y < e ? n.y : 0) + (q.z < e ? n.z : 0) + (q.w < e ? n.w : 0);
+    }
+    const int tiles = leader_tiles[i];
+    for (int t = 0; t < tiles; ++t) {
+      p.b.tile_expert[tile_base + t] = e;
+      p.b.tile_row_begin[tile_base + t] = below + t * p.tile.rows;
+    }
+    if (above == 0) {  // the highest expert: the totals (after thread 0's zeros: the barrier orders them)
+      *p.b.num_tiles = tile_base + tiles;
+      p.b.expert_offsets[E] = below + same;
+    }
+  }
+  // Expert x: its first sorted row is the number of routed slots of lower experts (a lower bound in the
+  // sorted experts), its count the distance to the next expert's.
+  auto lower_bound = [&](int x) {  // in [0, kFewSlots]
+    int pos = 0;
+#pragma unroll
+    for (int step = kFewSlots / 2; step >= 1; step /= 2) pos += sorted_expert[pos + step - 1] < x ? step : 0;
+    return pos + (sorted_expert[pos] < x ? 1 : 0);  // pos <= kFewSlots - 1 here
+  };
+  for (int x = threadIdx.x; x < E; x += blockDim.x) {
+    const int first = lower_bound(x);
+    p.b.expert_offsets[x] = first;
+    p.b.expert_counts[x] = lower_bound(x + 1) - first;
+  }
 }
 
 // Multi-CTA path, launch 1 of 3: CTA c counts chunk c's slots per expert into chunk_rows[c][E].
@@ -462,10 +553,9 @@ void configure_align_kernels() {
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if (bit != 0 && (configured_devices.load() & bit)) return;
   const int max_smem = static_cast<int>(single_cta_align_smem_bytes(kMaxExperts));
-  static_assert(kFusedRouteAlignMaxTokens * 2 * sizeof(float) <= kAlignWarps * sizeof(int),
-                "the fused kernel's routing scratch fits the align's shared memory");
   FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(align_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(route_align_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(route_align_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(route_align_smem_bytes(kFusedRouteAlignMaxTokens, kMaxExperts))));
   FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(align_scatter_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
   configured_devices.fetch_or(bit);
 }
@@ -511,7 +601,7 @@ void launch_moe_route_align(const RoutingConfig& config, const float* router_log
   const RouteParams route = route_device::make_route_params(config, router_logits, correction_bias, tokens,
                                                             buffers.topk_ids, buffers.topk_weights);
   configure_align_kernels();
-  launch_maybe_programmatic(route_align_kernel, 1, kAlignWarps * 32, single_cta_align_smem_bytes(config.num_experts),
+  launch_maybe_programmatic(route_align_kernel, 1, kAlignWarps * 32, route_align_smem_bytes(tokens, config.num_experts),
                             stream, route, p);
 }
 

@@ -36,6 +36,10 @@ std::vector<RouteCase> route_cases() {
   cases.push_back({"sigmoid_grouped E256 K8 g8/4", c});
   c.renormalize = false, c.n_group = 1, c.topk_group = 1, c.num_experts = 64, c.top_k = 6;
   cases.push_back({"sigmoid no-renorm E64 K6", c});
+  // E near the limit and the largest K: at 8 tokens the fused route+align's most slots (256).
+  c = RoutingConfig{};
+  c.method = RoutingMethod::kSoftmaxTopkRenorm, c.num_experts = 1000, c.top_k = 32;
+  cases.push_back({"softmax_topk_renorm E1000 K32", c});
   return cases;
 }
 
@@ -88,7 +92,8 @@ TEST(CudaMoeRouteAlign, FusedMatchesRouteThenAlign) {
   FP4MOE_REQUIRE_SM80(device);
   for (const RouteCase& rc : route_cases()) {
     for (const int64_t tokens : {int64_t{1}, int64_t{3}, kFusedRouteAlignMaxTokens, kFusedRouteAlignMaxTokens + 1}) {
-      for (const MTile tile : {MTile{16, 0}, MTile{64, 8}}) {
+      // {1, 0} and {2, 1}: experts of several tiles (E8 K2 routes 8 tokens' 16 slots to 8 experts).
+      for (const MTile tile : {MTile{16, 0}, MTile{64, 8}, MTile{1, 0}, MTile{2, 1}}) {
         const RoutingConfig& c = rc.config;
         const int E = c.num_experts, K = c.top_k;
         const std::vector<float> logits = test::random_logits(tokens, E, 5 + tokens);
