@@ -11,6 +11,12 @@ at least MIN_SHARE of the kernel's samples: its address range, instruction count
 instruction ran, its share of the samples, and the notable opcodes in it (HGMMA shapes, barriers, TMA and
 bulk copies, global stores). Samples are warp time: a region that all consumer warps sit in at once is
 that share of the consumers' time (divide by the consumer warps' share of the CTA's warps).
+
+Each kernel's first line after its name is its code footprint: the SASS instructions it has, how many
+ran at all (and in how many 128-byte lines), how many ran at most as often as the kernel's entry
+instruction (once per warp: straight-line code such as a prologue, or a loop that only a few of the
+warps run), and its "no instruction" stall samples (instruction fetch), in all code and in that code. At
+one token a kernel runs briefly, so code each SM fetches cold can dominate (docs/perf/2026-11-30-h200-r9.md).
 """
 import csv
 import sys
@@ -37,6 +43,19 @@ def kernels_of(path):
     return kernels, head
 
 
+def footprint(rows, head, samples, executed):
+    """One line: the kernel's code, what of it ran, and its instruction-fetch stalls (see above)."""
+    column = head.get("stall_no_inst")
+    fetch = lambda r: int(r[column]) if column is not None and r[column] not in ("", "-") else 0
+    warps = executed(rows[0])
+    ran = [r for r in rows if executed(r) > 0]
+    lines = {(int(r[0], 16) - int(rows[0][0], 16)) // 128 for r in ran}
+    once = [r for r in ran if executed(r) <= warps]  # at most as often as the entry instruction
+    return (f"code {len(rows)} instructions, {len(ran)} ran ({len(lines)} lines of 128 B), {len(once)} at most as often as the "
+            f"entry; no-instruction stalls {sum(fetch(r) for r in rows)} of {sum(samples(r) for r in rows)} samples, "
+            f"{sum(fetch(r) for r in once)} in that code")
+
+
 def main(path, min_share):
     kernels, head = kernels_of(path)
     samples = lambda r: int(r[head["Warp Stall Sampling (All Samples)"]] or 0)
@@ -47,6 +66,7 @@ def main(path, min_share):
         print(f"== {kernel['name'][:110]}: {total} samples")
         if not rows or total == 0:
             continue
+        print("  " + footprint(rows, head, samples, executed))
         regions, current = [], [rows[0]]
         for r in rows[1:]:
             a, b = executed(current[-1]), executed(r)
