@@ -1,6 +1,8 @@
 """tools/gpu/sass_regions.py, which sums Nsight Compute's per-instruction warp samples over regions of
 a kernel's SASS: instructions executed about equally often form one region, each region's share is of
-its own kernel's samples, and a source page without samples per instruction is an error."""
+its own kernel's samples, each kernel's first line is its code footprint (what ran, in how many 128-byte
+lines, the straight-line share, instruction-fetch stalls), and a source page without samples per
+instruction is an error."""
 
 import csv
 import io
@@ -38,11 +40,33 @@ def test_regions_split_by_execution_count_and_share_per_kernel(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("== gemm1: 100 samples")
-    regions = [l for l in lines[1:4]]
+    assert lines[1].strip().startswith("code 5 instructions")  # the footprint line (next test)
+    regions = [l for l in lines[2:5]]
     assert "60.0 %" in regions[0] and "HGMMA.64x256x16.F32.BF16" in regions[0] and "2 instructions" in regions[0]
     assert "20.0 %" in regions[1] and "HGMMA.64x32x16.F32.BF16" in regions[1]
     assert "20.0 %" in regions[2] and "STG" in regions[2]
-    assert lines[4].startswith("== gemm2: 10 samples") and "100.0 %" in lines[5]
+    assert lines[5].startswith("== gemm2: 10 samples") and "100.0 %" in lines[7]
+
+
+def test_footprint_counts_code_that_ran_its_lines_and_fetch_stalls(tmp_path):
+    # 12 instructions 16 bytes apart: the entry (once per warp: 4 warps), an 8-instruction loop run 10
+    # times per warp, an epilogue instruction run once per warp, and 2 instructions that never ran.
+    # "No instruction" stall samples: 1 at the entry, 2 per loop instruction, 3 in the epilogue.
+    rows = [("S2R R0, SR_TID.X", 1, 4, 1)] + [("LOP3.LUT R1, R2, 0xf, RZ, 0xc0, !PT", 5, 40, 2)] * 8
+    rows += [("STG.E [R2.64], R7", 2, 4, 3), ("BRA 0x0", 0, 0, 0), ("EXIT", 0, 0, 0)]
+    out = io.StringIO()
+    w = csv.writer(out, quoting=csv.QUOTE_ALL)
+    w.writerow(["Kernel Name", "k"])
+    w.writerow(HEAD + ["stall_no_inst"])
+    for i, (source, samples, executed, no_inst) in enumerate(rows):
+        w.writerow([f"0x7f0000{16 * i:06x}", source, samples, executed, no_inst])
+    path = tmp_path / "sass.csv"
+    path.write_text(out.getvalue())
+    result = run(path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].strip() == (
+        "code 12 instructions, 10 ran (2 lines of 128 B), 2 at most as often as the entry; "
+        "no-instruction stalls 20 of 43 samples, 4 in that code")
 
 
 def test_a_page_without_sample_columns_is_an_error(tmp_path):
