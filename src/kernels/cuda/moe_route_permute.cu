@@ -146,9 +146,10 @@ __device__ __forceinline__ void scatter_slots_warp(const AlignParams& p, int64_t
 }
 
 // Single-CTA path (few slots): per-warp counts of contiguous slot ranges, the expert assignment, then
-// each warp scatters its range from its start in every expert. align_smem: hist [kAlignWarps][E],
-// scratch [kAlignWarps + 2].
-__device__ void align_single_cta(const AlignParams& p, int* align_smem) {
+// each warp scatters its range from its start in every expert.
+__global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) {
+  pdl_chain_entry();
+  extern __shared__ int align_smem[];  // hist [kAlignWarps][E], scratch [kAlignWarps + 2]
   const int E = p.num_experts;
   int* hist = align_smem;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -183,12 +184,6 @@ __device__ void align_single_cta(const AlignParams& p, int* align_smem) {
       hist + kAlignWarps * E);
   __syncthreads();
   scatter_slots_warp(p, begin, end, my_hist);
-}
-
-__global__ void __launch_bounds__(kAlignWarps * 32) align_kernel(AlignParams p) {
-  pdl_chain_entry();
-  extern __shared__ int align_smem[];
-  align_single_cta(p, align_smem);
 }
 
 // Few tokens (decode): routing and the align in one CTA, one launch and one global round trip less.
