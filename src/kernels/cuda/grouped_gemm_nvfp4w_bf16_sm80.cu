@@ -165,11 +165,29 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
   const unsigned tid = WARP_SPLIT ? threadIdx.x % 32 : threadIdx.x;  // unsigned: as threadIdx.x, cheap / and %
   uint8_t* ring = smem + kLutBytes + (WARP_SPLIT ? size_t(threadIdx.x / 32) * S * STAGE : 0);
 
+  // The scale table needs no global memory. The decode tile builds it while the kernel before drains;
+  // the prefill tiles build it where they always did (their register allocation moved otherwise).
+  auto build_lut = [&] {
+    for (int i = threadIdx.x; i < 256; i += (WARP_SPLIT ? int(blockDim.x) : THREADS)) lut[i] = scale_lut_entry(i);
+  };
+  if constexpr (c.a_in_registers) build_lut();
   pdl_chain_entry();
   const int tile = blockIdx.y;
-  if (tile >= *p.num_tiles) return;
-  const int expert = p.tile_expert[tile];
-  const int row0 = p.tile_row_begin[tile];
+  int expert, row0;
+  if constexpr (c.a_in_registers) {
+    // Decode: the tile's entry is read together with the tile count, one memory latency instead of two
+    // ahead of the first weight copy. The tile arrays hold moe_max_tiles >= gridDim.y entries, so a CTA
+    // past the count reads an entry it never uses. The exit test reads all three (a tile's expert and
+    // first row are never negative) because the compiler otherwise moves the entry's loads behind it.
+    const int num_tiles = *p.num_tiles;
+    expert = p.tile_expert[tile];
+    row0 = p.tile_row_begin[tile];
+    if ((tile >= num_tiles) | (expert < 0) | (row0 < 0)) return;
+  } else {
+    if (tile >= *p.num_tiles) return;
+    expert = p.tile_expert[tile];
+    row0 = p.tile_row_begin[tile];
+  }
   const int rows = min(BM, p.expert_offsets[expert + 1] - row0);
   const int nb0 = blockIdx.x * (BN / 8);
   const int chunks = p.k / kChunkK;
@@ -189,7 +207,7 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
   // copy is neither written nor read).
   auto a_source_row = [&](int r) { return p.a_slots ? p.a_slots[row0 + r] / p.top_k : row0 + r; };
 
-  for (int i = threadIdx.x; i < 256; i += (WARP_SPLIT ? int(blockDim.x) : THREADS)) lut[i] = scale_lut_entry(i);
+  if constexpr (!c.a_in_registers) build_lut();
   const int live_frags = (rows + 15) / 16;  // m16 fragments holding rows of this tile
   const int read_rows = live_frags * 16;
 
@@ -273,11 +291,11 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
     for (int i = 0; i < my_chunks; ++i) {
       const int kc = kc_begin + i;
       cp_async_wait<S - 2>();
-      // Stage i landed for all threads; stage i-1 is free to refill; LUT visible. WARP_SPLIT: a CTA
-      // barrier too (the warps share only the LUT), because with a warp barrier the compiler stopped
-      // issuing the A-fragment loads ahead of the wait; a short last split makes up its missing
-      // barriers after the loop.
-      __syncthreads();
+      // Stage i landed for all threads; stage i-1 is free to refill. WARP_SPLIT: each warp has its own
+      // ring and the LUT was published before the loop, so a warp barrier suffices. (A CTA barrier here
+      // tied the splits' chunks together: 15 % of GEMM1's stall samples at one token of Qwen3.5-397B;
+      // the warp barrier made one token 2 % faster on the H200, docs/perf/2026-11-30-h200-r10.md.)
+      if constexpr (WARP_SPLIT) __syncwarp(); else __syncthreads();
       if (i + S - 1 < my_chunks) load_stage(kc + S - 1, (i + S - 1) % S);
       cp_async_commit();
       if constexpr (AM != 0) {
@@ -344,6 +362,7 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
       }
     }
   };
+  if constexpr (WARP_SPLIT) __syncthreads();  // the LUT, built by all the CTA's threads
   if (narrow) {
     if constexpr (c.a_in_registers && EPI != GemmEpilogue::kSwigluNvfp4) mainloop(std::integral_constant<int, -1>{});
   } else {
@@ -351,7 +370,6 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
   }
   cp_async_wait<0>();
   if constexpr (WARP_SPLIT) {
-    for (int i = my_chunks; i < per_split; ++i) __syncthreads();  // a short last split: same barrier count
     // Warps 1.. leave their sums in their drained rings; warp 0 adds them in warp (= K) order.
     float4* mine = reinterpret_cast<float4*>(ring);
     if (k_split > 0) {
