@@ -9,6 +9,9 @@
   python3 bench/record_table.py --ab AB.json
       its table: per backend, preset and T the median of each run per side, and the ratio of the second
       side's median over the runs to the first's.
+  python3 bench/record_table.py --sides AB.json
+      for a comparison of two or more sides (knob values): per backend, preset and T each side's median
+      over its runs and its ratio to the first side's (the first side in name order, e.g. a knob's 0).
 """
 import glob
 import json
@@ -32,17 +35,23 @@ def combine(what, folder):
     print()
 
 
-def ab_table(path):
+def runs_by_side(path):
+    """The sides of a combined comparison in order of appearance (round, then name) and each side's
+    points: {(side, backend, preset, T): [point of each run]}."""
     ab = json.load(open(path))
-    sides, times = [], {}  # (side, backend, preset, T) -> [us median per run]
+    sides, points = [], {}
     for name in sorted(ab["runs"], key=lambda n: (int(RUN_NAME.match(n)["round"]), n)):
         m = RUN_NAME.match(name)
-        side = m["side"]
-        if side not in sides:
-            sides.append(side)
+        if m["side"] not in sides:
+            sides.append(m["side"])
         for b in ab["runs"][name]["backends"]:
             for p in b.get("points", []):
-                times.setdefault((side, b["id"], m["preset"], p["tokens"]), []).append(p)
+                points.setdefault((m["side"], b["id"], m["preset"], p["tokens"]), []).append(p)
+    return sides, points
+
+
+def ab_table(path):
+    sides, times = runs_by_side(path)
     if len(sides) != 2:
         sys.exit(f"{path}: expected two sides, found {sides}")
     first, second = sides
@@ -54,6 +63,29 @@ def ab_table(path):
         cell = lambda pts: ", ".join(f"{p['us_median']:.1f} ({p['tflops']:.1f})" for p in pts) or "-"
         ratio = (statistics.median(p["us_median"] for p in b) / statistics.median(p["us_median"] for p in a)) if b else float("nan")
         print(f"| {backend} | {preset} | {t} | {cell(a)} | {cell(b)} | {ratio:.3f} |")
+
+
+def sides_table(path):
+    sides, points = runs_by_side(path)
+    times = {key: [p["us_median"] for p in pts] for key, pts in points.items()}
+    if len(sides) < 2:
+        sys.exit(f"{path}: expected two or more sides, found {sides}")
+    first = sides[0]
+    print("| backend | preset | T | " + " | ".join(f"{s} us" + ("" if s == first else f" (/{first})") for s in sides) + " |")
+    print("|---|---|---:|" + "---:|" * len(sides))
+    for key in sorted(k for k in times if k[0] == first):
+        _, backend, preset, t = key
+        base = statistics.median(times[key])
+        cells = []
+        for s in sides:
+            us = times.get((s, backend, preset, t))
+            if not us:
+                cells.append("-")
+            elif s == first:
+                cells.append(f"{base:.1f}")
+            else:
+                cells.append(f"{statistics.median(us):.1f} ({statistics.median(us) / base:.3f})")
+        print(f"| {backend} | {preset} | {t} | " + " | ".join(cells) + " |")
 
 
 def main(path):
@@ -117,6 +149,8 @@ if __name__ == "__main__":
         combine(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 3 and sys.argv[1] == "--ab":
         ab_table(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--sides":
+        sides_table(sys.argv[2])
     elif len(sys.argv) == 2:
         main(sys.argv[1])
     else:

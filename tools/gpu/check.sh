@@ -2,7 +2,7 @@
 # tools/gpu/check.sh: the whole GPU check in ONE device call (the device time is scarce):
 #   configure (first time) + incremental build into build-gpu/ (ignored; sm_90a only, to keep it short:
 #   the 80;90a;120a compile is checked where the sources are written), the GPU tests (ctest -L gpu),
-#   compute-sanitizer memcheck + racecheck on the tiny pipeline case, and `fp4moe bench moe` when the
+#   compute-sanitizer memcheck + racecheck + synccheck on the tiny cases, and `fp4moe bench moe` when the
 #   binary has it. Logs and JSON go to $OUT (at most 8 files come back); a summary table prints last.
 # Usage, from the repository root on the device machine:  tools/gpu/check.sh
 # Environment: OUT (output folder; default ./gpu-check-out), FP4MOE_GPU_ARCHS (default 90a),
@@ -79,7 +79,9 @@ fi
 kernels_test="$build/tests/kernels/cuda/test_cuda_moe_kernels"
 if [[ $skip != *" sanitizer "* ]] && [ -x "$kernels_test" ]; then
   : > "$out/sanitizer.log"
-  for tool in memcheck racecheck; do
+  # synccheck: barriers reached by only part of a CTA or warp (first run 2026-11-30 r10; it then flagged the
+  # W4A4 96-row tile's K loop, docs/perf/2026-11-30-h200-r10.md).
+  for tool in memcheck racecheck synccheck; do
     t=$(now)
     filter='Backends/MoeBackendSuite.Tiny*'  # every CUDA backend's tiny cases
     [ $tool = memcheck ] && filter="$filter:CudaMoeAlign.*:CudaMoeGather.*:CudaGroupedGemmTiles.*"
