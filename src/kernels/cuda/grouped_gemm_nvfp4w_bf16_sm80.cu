@@ -392,11 +392,13 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
   // Epilogue. acc element q of (mt, nt): row (mt*WM + wm)*16 + g + 8*(q/2), column 2t + q%2 of tile nt;
   // fragments past active_mt hold no rows of this tile.
   const float in_scale = p.input_scale ? p.input_scale[expert] : 1.0f;
+  // The fp32 factor of a tensor scale: 2^9 (the LUT's fold) * scale2 * the activation's input scale.
+  auto tensor_factor = [&](const float* scale2) { return __fmul_rn(__fmul_rn(scale2[expert], 512.0f), in_scale); };
   if constexpr (c.a_in_registers && EPI != GemmEpilogue::kSwigluNvfp4) {
     if (narrow) {  // acc[0][q][j]: weight row g of tile 2q + j / 2 (gate / up for SwiGLU), token 2t + j % 2
       static_assert(WM == 1 && WN == 1 && NT % 2 == 0, "the narrow form: one warp per tile, n8 tiles in pairs");
-      const float f1 = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
-      const float f2 = EPI == GemmEpilogue::kSwiglu ? __fmul_rn(__fmul_rn(p.scale_second[expert], 512.0f), in_scale) : 0.0f;
+      const float f1 = tensor_factor(p.scale_first);
+      const float f2 = EPI == GemmEpilogue::kSwiglu ? tensor_factor(p.scale_second) : 0.0f;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int r = 2 * t + j;
@@ -419,7 +421,7 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
     }
   }
   if constexpr (EPI == GemmEpilogue::kScaleFp32) {
-    const float f = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
+    const float f = tensor_factor(p.scale_first);
     float* out = static_cast<float*>(p.out);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -436,8 +438,8 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
       }
     }
   } else {
-    const float fg = __fmul_rn(__fmul_rn(p.scale_first[expert], 512.0f), in_scale);
-    const float fu = __fmul_rn(__fmul_rn(p.scale_second[expert], 512.0f), in_scale);
+    const float fg = tensor_factor(p.scale_first);
+    const float fu = tensor_factor(p.scale_second);
     const int inter = p.n / 2;
     __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
     const float quant_scale = (EPI == GemmEpilogue::kSwigluNvfp4) ? p.out_scale[expert] : 0.0f;
