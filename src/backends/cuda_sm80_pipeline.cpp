@@ -60,6 +60,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
                           g.max_tiles = moe_max_tiles(run.tokens, K, E, run.tile.rows);
                           g.decode_residency = decode_residency_;
                           g.rows = run.tokens * K;
+                          g.route_final_at_launch = gemm.route_final_at_launch;
                           launch_grouped_gemm_nvfp4w_bf16(g, gemm.epilogue, run.tile.rows, run.stream);
                         });
   }

@@ -125,6 +125,7 @@ void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem,
   g2.input_scale = w4a4 ? weights.w2_input_scale.as<float>() : nullptr;
   g2.out = ws.expert_out;
   g2.epilogue = GemmEpilogue::kScaleFp32;
+  g2.route_final_at_launch = true;
   launch_gemm(run, g2);
 
   launch_moe_combine(static_cast<const float*>(ws.expert_out), ws.route, T, K, H, args.out, stream);

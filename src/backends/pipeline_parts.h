@@ -63,6 +63,7 @@ struct PipelineWorkspace {
 // GroupedGemmOperands) and epilogue.
 struct ExpertGemm : GroupedGemmOperands {
   GemmEpilogue epilogue = GemmEpilogue::kScaleFp32;
+  bool route_final_at_launch = false;  // GEMM2: GEMM1 lies between the route buffers' writer and it
 };
 
 // What a backend's GEMM launch needs besides the ExpertGemm.

@@ -22,7 +22,8 @@
 // W4A4 (block amax over a lane quad), or scaled fp32 for GEMM2. No atomics: deterministic.
 // Short tiles: the warp rows own interleaved m16 fragments and skip those past the expert's rows
 // (ldmatrix, mma.sync and dequantization), so an expert of 80 rows costs 5 fragments, not the tile's.
-// The kernel is a programmatic dependent launch on SM90+ (common/programmatic_launch.cuh).
+// The kernel is a programmatic dependent launch on SM90+ (common/programmatic_launch.cuh); the first
+// wave of a decode GEMM2 starts its weight copies before the wait (early start, Params::early_ctas).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -128,12 +129,15 @@ struct Params {
   const int32_t* num_tiles;
   const int32_t* expert_offsets;
   void* out;
-  // Unused. Params kept their size when the split-K partials' pointer and row stride went: without
-  // these 16 bytes ptxas allocated the instances' registers differently (the 96-row tiles reached 128
-  // registers and spilled, the decode CTAs took 113-118 instead of 112-114; the GEMMs were 4-10 %
-  // slower on the H200).
-  int64_t reserved[2];
+  // The last 16 bytes: early_ctas and padding. Params kept their size when the split-K partials' pointer and
+  // row stride went: without these 16 bytes ptxas allocated the instances' registers differently (the
+  // 96-row tiles reached 128 registers and spilled, the decode CTAs took 113-118 instead of 112-114; the
+  // GEMMs were 4-10 % slower on the H200).
+  int32_t early_ctas;  // decode tile: the leading CTAs that start early (early_start_ctas)
+  int32_t reserved32;
+  int64_t reserved64;
 };
+static_assert(sizeof(Params) == 136, "Params keep their size (see reserved above)");
 
 __device__ __forceinline__ uint32_t ldg_u32(const void* p) {
   uint32_t v;
@@ -171,7 +175,16 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
     for (int i = threadIdx.x; i < 256; i += (WARP_SPLIT ? int(blockDim.x) : THREADS)) lut[i] = scale_lut_entry(i);
   };
   if constexpr (c.a_in_registers) build_lut();
-  pdl_chain_entry();
+  // Early start: a decode GEMM whose route buffers were final before it was launched (GEMM2 of the
+  // pipeline: GEMM1 lies between their writer and it) reads its tile entry and issues its first weight
+  // copies before the programmatic-launch wait: they overlap the tail of the kernel before (which writes
+  // its A rows). Only the first wave's CTAs can overlap it: the later ones start as usual. The early
+  // route reads go to L2 (ld.global.cg): read before the wait, they must not hit lines an earlier kernel
+  // left in this SM's L1. Otherwise they use L1, which the later waves hit (L2 reads in every CTA made
+  // 16 tokens of Qwen3.5-397B 1 % slower on the H200).
+  const bool early = c.a_in_registers && blockIdx.y * gridDim.x + blockIdx.x < unsigned(p.early_ctas);
+  auto route_load = [early](const int32_t* q) { return early ? __ldcg(q) : *q; };
+  if (!early) pdl_chain_entry();
   const int tile = blockIdx.y;
   int expert, row0;
   if constexpr (c.a_in_registers) {
@@ -179,16 +192,20 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
     // ahead of the first weight copy. The tile arrays hold moe_max_tiles >= gridDim.y entries, so a CTA
     // past the count reads an entry it never uses. The exit test reads all three (a tile's expert and
     // first row are never negative) because the compiler otherwise moves the entry's loads behind it.
-    const int num_tiles = *p.num_tiles;
-    expert = p.tile_expert[tile];
-    row0 = p.tile_row_begin[tile];
-    if ((tile >= num_tiles) | (expert < 0) | (row0 < 0)) return;
+    const int num_tiles = route_load(p.num_tiles);
+    expert = route_load(p.tile_expert + tile);
+    row0 = route_load(p.tile_row_begin + tile);
+    if ((tile >= num_tiles) | (expert < 0) | (row0 < 0)) {
+      if (early) pdl_chain_entry();  // no CTA completes ahead of the kernel before
+      return;
+    }
   } else {
     if (tile >= *p.num_tiles) return;
     expert = p.tile_expert[tile];
     row0 = p.tile_row_begin[tile];
   }
-  const int rows = min(BM, p.expert_offsets[expert + 1] - row0);
+  const int rows_end = c.a_in_registers ? route_load(p.expert_offsets + expert + 1) : p.expert_offsets[expert + 1];
+  const int rows = min(BM, rows_end - row0);
   const int nb0 = blockIdx.x * (BN / 8);
   const int chunks = p.k / kChunkK;
   // Split-K (WARP_SPLIT): this warp sums chunks [kc_begin, kc_begin + my_chunks). Otherwise one split
@@ -271,6 +288,7 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
     if (s < my_chunks) load_stage(kc_begin + s, s);
     cp_async_commit();
   }
+  if (early) pdl_chain_entry();  // the A rows (and the outputs) belong to the kernel before
   // A in registers: this lane's rows g and g + 8 of the tile (masked past the expert's rows).
   const bool a_row0_ok = g < rows, a_row1_ok = g + 8 < rows;
   const __nv_bfloat16* a_row0 = p.a + size_t(a_source_row(a_row0_ok ? g : 0)) * p.k + 2 * t;
@@ -283,90 +301,106 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
   // 2t + 1): element j of tile 2q + j / 2, token 2t + j % 2. Every output is the same 16-product sum
   // over each k step as in the wide form.
   const bool narrow = c.a_in_registers && EPI != GemmEpilogue::kSwigluNvfp4 && rows <= 8;
-  // The K loop for AM live fragments (a compile-time count, so the skipped fragments cost nothing
-  // inside the loop; one branch per CTA picks the instance); AM = -1: the narrow form.
-  auto mainloop = [&](auto am_tag) {
+  // Chunk i (K block kc) for AM live fragments (a compile-time count, so the skipped fragments cost
+  // nothing); AM = -1: the narrow form.
+  auto chunk_mma = [&](auto am_tag, int i, int kc) {
     constexpr int AM = decltype(am_tag)::value;
     constexpr bool NARROW = AM < 0;
-    for (int i = 0; i < my_chunks; ++i) {
-      const int kc = kc_begin + i;
-      cp_async_wait<S - 2>();
-      // Stage i landed for all threads; stage i-1 is free to refill. WARP_SPLIT: each warp has its own
-      // ring and the LUT was published before the loop, so a warp barrier suffices. (A CTA barrier here
-      // tied the splits' chunks together: 15 % of GEMM1's stall samples at one token of Qwen3.5-397B;
-      // the warp barrier made one token 2 % faster on the H200, docs/perf/2026-11-30-h200-r10.md.)
-      if constexpr (WARP_SPLIT) __syncwarp(); else __syncthreads();
-      if (i + S - 1 < my_chunks) load_stage(kc + S - 1, (i + S - 1) % S);
-      cp_async_commit();
-      if constexpr (AM != 0) {
-        const uint8_t* sa = ring + (i % S) * STAGE;
-        const uint8_t* sb = sa + A_BYTES;
-        const uint8_t* ss = sb + B_BYTES;
-        uint4 wq[NT];
-        uint2 sc[NT];
+    if constexpr (AM != 0) {
+      const uint8_t* sa = ring + (i % S) * STAGE;
+      const uint8_t* sb = sa + A_BYTES;
+      const uint8_t* ss = sb + B_BYTES;
+      uint4 wq[NT];
+      uint2 sc[NT];
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const int nb = wn * (WARP_N / 8) + nt;
-          wq[nt] = *reinterpret_cast<const uint4*>(sb + nb * 512 + lane * 16);
-          sc[nt] = *reinterpret_cast<const uint2*>(ss + nb * 64 + g * 8);
-        }
-        // The lane's two bf16x2 weight operands of n8 tile nt at k step s (B fragment b0, b1: row g, k
-        // pairs 2t and 2t + 8): the step uses two of its word's four outputs.
-        auto decode_step = [&](int nt, int s, uint32_t& b0, uint32_t& b1) {
-          const uint32_t word = (s / 2 == 0) ? wq[nt].x : (s / 2 == 1) ? wq[nt].y : (s / 2 == 2) ? wq[nt].z : wq[nt].w;
-          const uint32_t codes = (s < 4) ? sc[nt].x : sc[nt].y;
-          const uint32_t scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
-          uint32_t v[4];
-          decode_word(word, v);
-          b0 = bf16x2_mul((s & 1) ? v[2] : v[0], scale);
-          b1 = bf16x2_mul((s & 1) ? v[3] : v[1], scale);
-        };
+      for (int nt = 0; nt < NT; ++nt) {
+        const int nb = wn * (WARP_N / 8) + nt;
+        wq[nt] = *reinterpret_cast<const uint4*>(sb + nb * 512 + lane * 16);
+        sc[nt] = *reinterpret_cast<const uint2*>(ss + nb * 64 + g * 8);
+      }
+      // The lane's two bf16x2 weight operands of n8 tile nt at k step s (B fragment b0, b1: row g, k
+      // pairs 2t and 2t + 8): the step uses two of its word's four outputs.
+      auto decode_step = [&](int nt, int s, uint32_t& b0, uint32_t& b1) {
+        const uint32_t word = (s / 2 == 0) ? wq[nt].x : (s / 2 == 1) ? wq[nt].y : (s / 2 == 2) ? wq[nt].z : wq[nt].w;
+        const uint32_t codes = (s < 4) ? sc[nt].x : sc[nt].y;
+        const uint32_t scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
+        uint32_t v[4];
+        decode_word(word, v);
+        b0 = bf16x2_mul((s & 1) ? v[2] : v[0], scale);
+        b1 = bf16x2_mul((s & 1) ? v[3] : v[1], scale);
+      };
 #pragma unroll
-        for (int s = 0; s < 8; ++s) {
-          if constexpr (NARROW) {
-            const int k = kc * kChunkK + 16 * s;
-            const uint32_t tok0 = a_row0_ok ? ldg_u32(a_row0 + k) : 0u;
-            const uint32_t tok1 = a_row0_ok ? ldg_u32(a_row0 + k + 8) : 0u;
+      for (int s = 0; s < 8; ++s) {
+        if constexpr (NARROW) {
+          const int k = kc * kChunkK + 16 * s;
+          const uint32_t tok0 = a_row0_ok ? ldg_u32(a_row0 + k) : 0u;
+          const uint32_t tok1 = a_row0_ok ? ldg_u32(a_row0 + k + 8) : 0u;
 #pragma unroll
-            for (int q = 0; q < NT / 2; ++q) {
-              uint32_t w[4];  // A fragment: rows g (tile 2q) and g + 8 (tile 2q + 1), k pairs 2t and 2t + 8
+          for (int q = 0; q < NT / 2; ++q) {
+            uint32_t w[4];  // A fragment: rows g (tile 2q) and g + 8 (tile 2q + 1), k pairs 2t and 2t + 8
 #pragma unroll
-              for (int j = 0; j < 2; ++j) decode_step(2 * q + j, s, w[j], w[2 + j]);
-              mma_bf16(acc[0][q], w, tok0, tok1);
-            }
+            for (int j = 0; j < 2; ++j) decode_step(2 * q + j, s, w[j], w[2 + j]);
+            mma_bf16(acc[0][q], w, tok0, tok1);
+          }
+        } else {
+          uint32_t a[AM][4];
+          if constexpr (kConfigs[CFG].a_in_registers) {
+            const int k = kc * kChunkK + 16 * s;  // fragment: rows g / g+8, k + 2t (+1) and k + 8 + 2t (+1)
+            a[0][0] = a_row0_ok ? ldg_u32(a_row0 + k) : 0u;
+            a[0][1] = a_row1_ok ? ldg_u32(a_row1 + k) : 0u;
+            a[0][2] = a_row0_ok ? ldg_u32(a_row0 + k + 8) : 0u;
+            a[0][3] = a_row1_ok ? ldg_u32(a_row1 + k + 8) : 0u;
           } else {
-            uint32_t a[AM][4];
-            if constexpr (kConfigs[CFG].a_in_registers) {
-              const int k = kc * kChunkK + 16 * s;  // fragment: rows g / g+8, k + 2t (+1) and k + 8 + 2t (+1)
-              a[0][0] = a_row0_ok ? ldg_u32(a_row0 + k) : 0u;
-              a[0][1] = a_row1_ok ? ldg_u32(a_row1 + k) : 0u;
-              a[0][2] = a_row0_ok ? ldg_u32(a_row0 + k + 8) : 0u;
-              a[0][3] = a_row1_ok ? ldg_u32(a_row1 + k + 8) : 0u;
-            } else {
 #pragma unroll
-              for (int mt = 0; mt < AM; ++mt) {
-                const int r = (mt * WM + wm) * 16 + (lane % 16);
-                const int ch = 2 * s + lane / 16;
-                ldmatrix_x4(a[mt], sa + r * 256 + ((ch ^ (r & 7)) * 16));
-              }
+            for (int mt = 0; mt < AM; ++mt) {
+              const int r = (mt * WM + wm) * 16 + (lane % 16);
+              const int ch = 2 * s + lane / 16;
+              ldmatrix_x4(a[mt], sa + r * 256 + ((ch ^ (r & 7)) * 16));
             }
+          }
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              uint32_t b0, b1;
-              decode_step(nt, s, b0, b1);
+          for (int nt = 0; nt < NT; ++nt) {
+            uint32_t b0, b1;
+            decode_step(nt, s, b0, b1);
 #pragma unroll
-              for (int mt = 0; mt < AM; ++mt) mma_bf16(acc[mt][nt], a[mt], b0, b1);
-            }
+            for (int mt = 0; mt < AM; ++mt) mma_bf16(acc[mt][nt], a[mt], b0, b1);
           }
         }
       }
     }
   };
+  // The K loop. Stage i landed for all threads; stage i-1 is free to refill after the barrier.
+  auto k_loop = [&](auto&& compute) {
+    for (int i = 0; i < my_chunks; ++i) {
+      const int kc = kc_begin + i;
+      cp_async_wait<S - 2>();
+      // WARP_SPLIT: each warp has its own ring and the LUT was published before the loop, so a warp
+      // barrier suffices. (A CTA barrier here tied the splits' chunks together: 15 % of GEMM1's stall
+      // samples at one token of Qwen3.5-397B; the warp barrier made one token 2 % faster on the H200,
+      // docs/perf/2026-11-30-h200-r10.md.)
+      if constexpr (WARP_SPLIT) __syncwarp(); else __syncthreads();
+      if (i + S - 1 < my_chunks) load_stage(kc + S - 1, (i + S - 1) % S);
+      cp_async_commit();
+      compute(i, kc);
+    }
+  };
   if constexpr (WARP_SPLIT) __syncthreads();  // the LUT, built by all the CTA's threads
   if (narrow) {
-    if constexpr (c.a_in_registers && EPI != GemmEpilogue::kSwigluNvfp4) mainloop(std::integral_constant<int, -1>{});
+    if constexpr (c.a_in_registers && EPI != GemmEpilogue::kSwigluNvfp4) {
+      k_loop([&](int i, int kc) { chunk_mma(std::integral_constant<int, -1>{}, i, kc); });
+    }
+  } else if constexpr (WM == 1) {
+    // One warp row: one branch per CTA picks the loop instance for the live fragments.
+    with_static_count<MT, 1, 0>(active_mt,
+                                [&](auto am_tag) { k_loop([&](int i, int kc) { chunk_mma(am_tag, i, kc); }); });
   } else {
-    with_static_count<MT, 1, 0>(active_mt, mainloop);
+    // Warp rows may differ in live fragments. Every warp runs the one loop, so all reach the same
+    // __syncthreads() (the .aligned barrier: per-row loop instances, each with its own barrier, made the
+    // warps reach different ones, undefined in PTX; compute-sanitizer synccheck flagged it), and picks
+    // its count per chunk.
+    k_loop([&](int i, int kc) {
+      with_static_count<MT, 1, 0>(active_mt, [&](auto am_tag) { chunk_mma(am_tag, i, kc); });
+    });
   }
   cp_async_wait<0>();
   if constexpr (WARP_SPLIT) {
@@ -550,6 +584,16 @@ int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, i
   return 1;
 }
 
+// Params::early_ctas: the decode tile's first wave (the CTAs resident at once, launched in linear block
+// order) starts early when the route buffers are final at launch; none otherwise.
+int early_start_ctas(const GroupedGemmArgs& args, int tile_m, int splits) {
+  if (!args.route_final_at_launch || tile_m != kConfigs[0].bm) return 0;
+  const DecodeResidency& residency = args.decode_residency;
+  FP4MOE_CHECK(residency.sms > 0 && residency.ctas_per_sm[splits] > 0,
+               "grouped GEMM: route_final_at_launch needs the device residency (grouped_gemm_decode_residency)");
+  return residency.sms * residency.ctas_per_sm[splits];
+}
+
 DecodeResidency grouped_gemm_decode_residency(int device) {
   DecodeResidency r;
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, device));
@@ -598,7 +642,7 @@ void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue e
   Params p{static_cast<const __nv_bfloat16*>(args.a), args.a_slots, args.top_k, args.w_packed, args.w_scales, static_cast<int>(args.n),
            static_cast<int>(args.k), args.scale_first, args.scale_second, args.input_scale, args.out_scale,
            args.route.tile_expert, args.route.tile_row_begin, args.route.num_tiles, args.route.expert_offsets,
-           args.out, {0, 0}};
+           args.out, 0, 0, 0};
   const int cfg = config_index(tile_m, epilogue);
   FP4MOE_CHECK(args.k_splits >= 0 && args.k_splits <= kMaxKSplits, "grouped GEMM: k_splits ", args.k_splits,
                " outside [0, ", kMaxKSplits, "]");
@@ -607,6 +651,7 @@ void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue e
   const int splits = args.k_splits > 0 ? args.k_splits
                                        : grouped_gemm_k_splits(args.n, args.k, args.rows, args.num_experts, tile_m,
                                                                args.decode_residency);
+  p.early_ctas = early_start_ctas(args, tile_m, splits);
   switch (epilogue) {
     case GemmEpilogue::kSwiglu: return launch_epilogue<GemmEpilogue::kSwiglu>(p, cfg, args.max_tiles, splits, stream);
     case GemmEpilogue::kSwigluNvfp4:

@@ -36,6 +36,11 @@ struct GroupedGemmArgs : GroupedGemmOperands {
   int64_t rows = 0;                     // T*K (sorted rows), for the split-K choice
   int k_splits = 0;                     // 0: grouped_gemm_k_splits decides; 1..kMaxKSplits forces (tuning, tests)
   DecodeResidency decode_residency;     // grouped_gemm_decode_residency(device): needed when split-K decides
+  // The route buffers were final before this launch began (a launch lies between their writer and this
+  // GEMM, as GEMM1 before GEMM2 in the pipeline): the decode tile's first wave then reads its tile entry
+  // and starts its weight copies before its programmatic-launch wait (needs decode_residency). False
+  // when the kernel before wrote them.
+  bool route_final_at_launch = false;
 };
 
 // M tiles with a kernel configuration: 16 (decode: 1 warp x 32 columns per CTA, so every SM streams

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/pipeline_parts.h"
+#include "common/error.h"
 #include "format/synthetic.h"
 #include "gpu_test_util.h"
 #include "sm80_gemm_args.h"
@@ -23,28 +24,49 @@
 namespace fp4moe {
 namespace {
 
+// A small layer (H 512, I 256, 16 experts, top 4) with its repacked weights, route workspace and stage
+// buffers for up to max_t tokens, and the grouped GEMM configured.
+struct SmallLayer {
+  static constexpr int64_t H = 512, I = 256, E = 16, K = 4;
+  SmallLayer(int64_t max_t, uint64_t weight_seed)
+      : weights(upload_repacked_expert_weights(synthetic_moe_weights(E, H, I, weight_seed), repack_nvfp4_for_mma)),
+        route_ws(moe_route_workspace_bytes(max_t, K, E, 16)),
+        route(carve_moe_route_workspace(route_ws.get(), max_t, K, E, 16)),
+        rows(max_t * K * H * 2),
+        h(max_t * K * I * 2),
+        o(max_t * K * H * 4) {
+    configure_grouped_gemm_kernels();
+  }
+  // Routes T tokens (logits from logits_seed) and sorts them into tile_m tiles; gathers their rows.
+  void route_and_gather(const DeviceBuffer& hidden, int64_t T, uint64_t logits_seed, int tile_m) {
+    RoutingConfig rc;
+    rc.method = RoutingMethod::kSoftmaxTopkRenorm, rc.num_experts = E, rc.top_k = K;
+    DeviceBuffer logits = DeviceBuffer::from_host(test::random_logits(T, E, logits_seed));
+    launch_moe_route(rc, logits.as<float>(), nullptr, T, route.topk_ids, route.topk_weights, nullptr);
+    launch_moe_align(route, T, K, E, MTile{tile_m, 0}, nullptr);
+    launch_moe_gather(hidden.get(), route, T, K, E, H, nullptr, rows.get(), nullptr);
+  }
+  DeviceExpertWeights weights;
+  DeviceBuffer route_ws;
+  MoeRouteBuffers route;
+  DeviceBuffer rows, h, o;
+};
+
 TEST(CudaGroupedGemmTiles, EveryTileConfigurationGivesTheSameBits) {
   FP4MOE_REQUIRE_SM80(device);
-  const int64_t H = 512, I = 256, E = 16, K = 4, max_t = 400;
-  const MoeWeights w = synthetic_moe_weights(E, H, I, 21);
-  const DeviceExpertWeights dw = upload_repacked_expert_weights(w, repack_nvfp4_for_mma);
-  DeviceBuffer route_ws(moe_route_workspace_bytes(max_t, K, E, 16));
-  const MoeRouteBuffers b = carve_moe_route_workspace(route_ws.get(), max_t, K, E, 16);
-  DeviceBuffer rows(max_t * K * H * 2), h(max_t * K * I * 2), o(max_t * K * H * 4);
-  configure_grouped_gemm_kernels();
-  RoutingConfig rc;
-  rc.method = RoutingMethod::kSoftmaxTopkRenorm, rc.num_experts = E, rc.top_k = K;
+  SmallLayer layer(400, 21);
+  const int64_t H = SmallLayer::H, I = SmallLayer::I, E = SmallLayer::E, K = SmallLayer::K;
+  const DeviceExpertWeights& dw = layer.weights;
+  const MoeRouteBuffers& b = layer.route;
+  DeviceBuffer &rows = layer.rows, &h = layer.h, &o = layer.o;
   for (int64_t T : {200, 400}) {
     DeviceBuffer hidden = DeviceBuffer::from_host(test::to_bf16_bits(synthetic_activations(T, H, 40 + T)));
-    DeviceBuffer logits = DeviceBuffer::from_host(test::random_logits(T, E, 50 + T));
     std::vector<uint16_t> h_ref, h4_ref;
     std::vector<float> o_ref;
     for (int tile_m : kGemmTileMs) {
       if (device->shared_memory_per_block_optin < static_cast<int64_t>(grouped_gemm_smem_bytes(tile_m))) continue;
       const std::string label = "T=" + std::to_string(T) + " tile_m=" + std::to_string(tile_m);
-      launch_moe_route(rc, logits.as<float>(), nullptr, T, b.topk_ids, b.topk_weights, nullptr);
-      launch_moe_align(b, T, K, E, MTile{tile_m, 0}, nullptr);
-      launch_moe_gather(hidden.get(), b, T, K, E, H, nullptr, rows.get(), nullptr);
+      layer.route_and_gather(hidden, T, 50 + T, tile_m);
       // No split: one pass over K.
       const auto [a1, a2] = test::sm80_w4a16_gemm_args(dw, b, T, K, E, H, I, tile_m, rows.get(), h.get(), o.get(), false);
       // W4A4 epilogue first (its h is only compared), then W4A16 h and the GEMM2 that reads it.
@@ -83,6 +105,48 @@ TEST(CudaGroupedGemmTiles, EveryTileConfigurationGivesTheSameBits) {
       EXPECT_TRUE(h4 == h4_ref) << "h (W4A4) " << label << " differs from tile_m 16";
       EXPECT_EQ(std::memcmp(ov.data(), o_ref.data(), ov.size() * 4), 0) << "o " << label << " differs from tile_m 16";
     }
+  }
+}
+
+// GEMM2's early start (GroupedGemmArgs::route_final_at_launch: the decode tile's first wave reads its
+// tile entry and starts its weight copies before the programmatic-launch wait) gives the bits of the
+// ordinary start. GEMM2 runs right behind GEMM1, as in the pipeline (a programmatic launch where the
+// device has one). T = 3 fits in the first wave; T = 800 (3456 CTAs) spans more than one on every GPU
+// of up to 132 SMs with 18 decode CTAs each, so the later CTAs start as usual. Without the device
+// residency the early start is an error.
+TEST(CudaGroupedGemmTiles, EarlyStartGivesTheBitsOfTheOrdinaryStart) {
+  FP4MOE_REQUIRE_SM80(device);
+  SmallLayer layer(800, 23);
+  const int64_t H = SmallLayer::H, I = SmallLayer::I, E = SmallLayer::E, K = SmallLayer::K;
+  DeviceBuffer &h = layer.h, &o = layer.o;
+  for (int64_t T : {3, 800}) {
+    DeviceBuffer hidden = DeviceBuffer::from_host(test::to_bf16_bits(synthetic_activations(T, H, 60 + T)));
+    layer.route_and_gather(hidden, T, 70 + T, 16);
+    auto [a1, a2] = test::sm80_w4a16_gemm_args(layer.weights, layer.route, T, K, E, H, I, 16, layer.rows.get(), h.get(),
+                                                o.get(), true);
+    std::vector<float> o_ordinary;
+    for (bool early : {false, true}) {
+      const std::string label = "T=" + std::to_string(T) + (early ? " early start" : " ordinary start");
+      a2.route_final_at_launch = early;
+      FP4MOE_CUDA_CHECK(cudaMemset(h.get(), 0xFF, T * K * I * 2));
+      FP4MOE_CUDA_CHECK(cudaMemset(o.get(), 0xFF, T * K * H * 4));
+      launch_grouped_gemm_nvfp4w_bf16(a1, GemmEpilogue::kSwiglu, 16, nullptr);
+      launch_grouped_gemm_nvfp4w_bf16(a2, GemmEpilogue::kScaleFp32, 16, nullptr);
+      std::vector<float> ov(T * K * H);
+      FP4MOE_CUDA_CHECK(cudaMemcpy(ov.data(), o.get(), ov.size() * 4, cudaMemcpyDeviceToHost));
+      int64_t o_bad = 0;
+      for (float x : ov) o_bad += !std::isfinite(x);  // the 0xFF poison is a NaN
+      EXPECT_EQ(o_bad, 0) << "o " << label << ": unwritten or non-finite elements";
+      if (!early) {
+        o_ordinary = ov;
+      } else {
+        EXPECT_EQ(std::memcmp(ov.data(), o_ordinary.data(), ov.size() * 4), 0) << "o " << label << " differs";
+      }
+    }
+    a2.decode_residency = DecodeResidency{};
+    a2.k_splits = 1;
+    EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(a2, GemmEpilogue::kScaleFp32, 16, nullptr), Error)
+        << "T=" << T << ": an early start without the device residency";
   }
 }
 
