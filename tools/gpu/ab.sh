@@ -10,8 +10,9 @@
 # and build folder, and B's copy is made fresh from A's files every call (its build folder keeps its
 # objects: ninja sees B's patched files as new).
 # Usage, from the repository root on the device machine:
-#   tools/gpu/ab.sh PATCH "PRESET:TOKENS[:BACKEND]" ... e.g.
+#   tools/gpu/ab.sh PATCH "PRESET:TOKENS[:BACKEND[:ACTIVATION]]" ... e.g.
 #   tools/gpu/ab.sh regw.tmp.patch qwen3-235b-a22b:4096,16384:cuda.sm90.prefill.v1 qwen3.5-397b-a17b:1,4096:cuda.sm80.pipeline.v1
+#   A spec with an ACTIVATION (W4A16 or W4A4) runs `--activation` and is labelled PRESET-ACTIVATION.
 # Environment: OUT (logs and JSON), AB_ROUNDS (default 2: A B A B), AB_TESTS (a ctest -R regex run on
 # both sides first, e.g. "CudaSm90|Backends"), AB_TARGETS (ninja targets; default fp4moe + the test
 # binaries). Prints one line per (side, round, preset, T) and the B/A time ratios.
@@ -19,7 +20,7 @@
 # ~25 s and a 235b one ~12 s per side and round. Wrap the call in `timeout` below the device limit.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 2 ] || { echo "usage: $0 PATCH PRESET:TOKENS[:BACKEND]..." >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: $0 PATCH PRESET:TOKENS[:BACKEND[:ACTIVATION]]..." >&2; exit 2; }
 patch_file=$(realpath "$1")
 shift
 [ -f "$patch_file" ] || { echo "ab.sh: no patch file $patch_file" >&2; exit 2; }
@@ -62,11 +63,13 @@ fi
 for round in $(seq 1 "$rounds"); do
   for side in a b; do
     for spec in "$@"; do
-      IFS=: read -r preset tokens backend <<< "$spec"
-      json="$out/$side-r$round-$preset.json"
+      IFS=: read -r preset tokens backend activation <<< "$spec"
+      label=$preset${activation:+-$activation}
+      json="$out/$side-r$round-$label.json"
       args=(bench moe --preset "$preset" --tokens "$tokens" --no-baseline --json "$json")
       [ -n "$backend" ] && args+=(--backend "$backend")
-      timeout 300 "build-ab-$side/tools/fp4moe" "${args[@]}" > "$out/$side-r$round-$preset.log" 2>&1 \
+      [ -n "$activation" ] && args+=(--activation "$activation")
+      timeout 300 "build-ab-$side/tools/fp4moe" "${args[@]}" > "$out/$side-r$round-$label.log" 2>&1 \
         || { echo "ab.sh: bench failed (side $side, $spec):"; tail -5 "$out/$side-r$round-$preset.log"; }
     done
   done
@@ -80,7 +83,8 @@ times = {}  # (side, preset, backend, T) -> [us]
 for side in "ab":
     for r in range(1, rounds + 1):
         for spec in specs:
-            preset = spec.split(":")[0]
+            fields = spec.split(":")
+            preset = fields[0] + (f"-{fields[3]}" if len(fields) > 3 and fields[3] else "")
             path = os.path.join(out, f"{side}-r{r}-{preset}.json")
             if not os.path.exists(path):
                 continue
