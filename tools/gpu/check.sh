@@ -80,7 +80,7 @@ kernels_test="$build/tests/kernels/cuda/test_cuda_moe_kernels"
 if [[ $skip != *" sanitizer "* ]] && [ -x "$kernels_test" ]; then
   : > "$out/sanitizer.log"
   # synccheck: barriers reached by only part of a CTA or warp (first run 2026-11-30 r10; it then flagged the
-  # W4A4 96-row tile's K loop, docs/perf/2026-11-30-h200-r10.md).
+  # W4A4 96-row tile's K loop, docs/perf/2026-11-30-h200-r10.md; fixed in r11).
   for tool in memcheck racecheck synccheck; do
     t=$(now)
     filter='Backends/MoeBackendSuite.Tiny*'  # every CUDA backend's tiny cases
