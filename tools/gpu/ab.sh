@@ -70,7 +70,7 @@ for round in $(seq 1 "$rounds"); do
       [ -n "$backend" ] && args+=(--backend "$backend")
       [ -n "$activation" ] && args+=(--activation "$activation")
       timeout 300 "build-ab-$side/tools/fp4moe" "${args[@]}" > "$out/$side-r$round-$label.log" 2>&1 \
-        || { echo "ab.sh: bench failed (side $side, $spec):"; tail -5 "$out/$side-r$round-$preset.log"; }
+        || { echo "ab.sh: bench failed (side $side, $spec):"; tail -5 "$out/$side-r$round-$label.log"; }
     done
   done
 done
