@@ -75,6 +75,16 @@ __device__ __forceinline__ int mtile_count(int count, MTile tile) {
   return count == 0 ? 0 : max(1, (count - tile.tail_rows + tile.rows - 1) / tile.rows);
 }
 
+// Expert e's `tiles` M tiles in the tile list from index first_tile: tile t starts at sorted row
+// first_row + t * tile.rows (the last may hold up to tile.rows + tile.tail_rows rows).
+__device__ __forceinline__ void write_expert_tiles(const AlignParams& p, int e, int first_tile, int first_row,
+                                                   int tiles) {
+  for (int t = 0; t < tiles; ++t) {
+    p.b.tile_expert[first_tile + t] = e;
+    p.b.tile_row_begin[first_tile + t] = first_row + t * p.tile.rows;
+  }
+}
+
 // Expert of slot i, or -1 past `end` and for ids outside [0, E) (routed nowhere).
 __device__ __forceinline__ int align_expert(const AlignParams& p, int64_t i, int64_t end) {
   const int e = i < end ? p.b.topk_ids[i] : -1;
@@ -105,10 +115,7 @@ __device__ void assign_rows_and_tiles(const AlignParams& p, CountOf count_of, Fi
       p.b.expert_counts[e] = count;
       p.b.expert_offsets[e] = first;
       first_row_of(e, first);
-      for (int t = 0; t < tiles; ++t) {
-        p.b.tile_expert[tile_base + tile_offset + t] = e;
-        p.b.tile_row_begin[tile_base + tile_offset + t] = first + t * p.tile.rows;
-      }
+      write_expert_tiles(p, e, tile_base + tile_offset, first, tiles);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -263,10 +270,7 @@ __global__ void __launch_bounds__(kAlignWarps * 32, 1) route_align_kernel(RouteP
       tile_base += (q.x < e ? n.x : 0) + (q.y < e ? n.y : 0) + (q.z < e ? n.z : 0) + (q.w < e ? n.w : 0);
     }
     const int tiles = leader_tiles[i];
-    for (int t = 0; t < tiles; ++t) {
-      p.b.tile_expert[tile_base + t] = e;
-      p.b.tile_row_begin[tile_base + t] = below + t * p.tile.rows;
-    }
+    write_expert_tiles(p, e, tile_base, below, tiles);
     if (above == 0) {  // the highest expert: the totals (after thread 0's zeros: the barrier orders them)
       *p.b.num_tiles = tile_base + tiles;
       p.b.expert_offsets[E] = below + same;
