@@ -207,7 +207,7 @@ class PreparedBaseline final : public PreparedMoe {
       grouped(static_cast<int>(H), static_cast<int>(I), pointers_device + 3 * n, pointers_device + 4 * n,
               pointers_device + 5 * n);
     }
-    launch_moe_combine_bf16(expert_out, route, T, K, H, args.out, stream);
+    launch_moe_combine_bf16(expert_out, route, T, K, H, args.out, /*route_final_at_launch=*/true, stream);
   }
 
  private:

@@ -128,7 +128,7 @@ void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem,
   g2.route_final_at_launch = true;
   launch_gemm(run, g2);
 
-  launch_moe_combine(static_cast<const float*>(ws.expert_out), ws.route, T, K, H, args.out, stream);
+  launch_moe_combine(static_cast<const float*>(ws.expert_out), ws.route, T, K, H, args.out, /*route_final_at_launch=*/true, stream);
 }
 
 }  // namespace fp4moe

@@ -423,17 +423,24 @@ constexpr int kCombineBatch = 8;
 // One CTA per (token, 1024 columns); each thread owns 4 columns. The token's K rows and weights are
 // read once into shared memory; each thread then issues the vector loads of up to kCombineBatch slots
 // before adding them, in slot order (the same __fmul_rn / __fadd_rn sequence as the CPU reference).
+// route_final_at_launch: the route buffers were final before this launch (launches lie between their
+// writer and it), so the rows and weights are read before the programmatic-launch wait, through L2
+// (they must not hit lines an earlier kernel left in this SM's L1): one memory latency less after the
+// expert GEMM ends. The expert outputs are read after the wait.
 template <typename In>
 __global__ void combine_kernel(const In* expert_out, MoeRouteBuffers b, int top_k, int64_t hidden_size,
-                               __nv_bfloat16* out) {
-  pdl_chain_entry();
+                               __nv_bfloat16* out, int route_final_at_launch) {
+  const bool early = route_final_at_launch != 0;
+  if (!early) pdl_chain_entry();
   __shared__ int32_t rows[kMaxTopK];
   __shared__ float weights[kMaxTopK];
   const int64_t token = blockIdx.x;
   if (threadIdx.x < top_k) {
-    rows[threadIdx.x] = b.slot_rows[token * top_k + threadIdx.x];
-    weights[threadIdx.x] = b.topk_weights[token * top_k + threadIdx.x];
+    const int64_t slot = token * top_k + threadIdx.x;
+    rows[threadIdx.x] = early ? __ldcg(b.slot_rows + slot) : b.slot_rows[slot];
+    weights[threadIdx.x] = early ? __ldcg(b.topk_weights + slot) : b.topk_weights[slot];
   }
+  if (early) pdl_chain_entry();
   __syncthreads();
   const int64_t c = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 4;
   if (c >= hidden_size) return;
@@ -618,18 +625,19 @@ void launch_moe_gather(const void* hidden_bf16, const MoeRouteBuffers& buffers, 
 }
 
 void launch_moe_combine(const float* expert_out, const MoeRouteBuffers& buffers, int64_t tokens, int top_k,
-                        int64_t hidden_size, void* out_bf16, cudaStream_t stream) {
+                        int64_t hidden_size, void* out_bf16, bool route_final_at_launch, cudaStream_t stream) {
   FP4MOE_CHECK(hidden_size > 0 && hidden_size % 4 == 0, "launch_moe_combine: hidden size must be a multiple of 4, got ", hidden_size);
   FP4MOE_CHECK(top_k >= 1 && top_k <= kMaxTopK, "launch_moe_combine: top_k must be in [1, 32], got ", top_k);
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(expert_out) % 16 == 0, "launch_moe_combine: expert outputs must be 16-byte aligned");
   if (tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden_size / 4 + 255) / 256));
   launch_maybe_programmatic(combine_kernel<float>, grid, 256, 0, stream, expert_out, buffers, top_k, hidden_size,
-                            static_cast<__nv_bfloat16*>(out_bf16));
+                            static_cast<__nv_bfloat16*>(out_bf16), route_final_at_launch ? 1 : 0);
 }
 
 void launch_moe_combine_bf16(const void* expert_out_bf16, const MoeRouteBuffers& buffers, int64_t tokens,
-                             int top_k, int64_t hidden_size, void* out_bf16, cudaStream_t stream) {
+                             int top_k, int64_t hidden_size, void* out_bf16, bool route_final_at_launch,
+                             cudaStream_t stream) {
   FP4MOE_CHECK(hidden_size > 0 && hidden_size % 4 == 0, "launch_moe_combine_bf16: hidden size must be a multiple of 4, got ", hidden_size);
   FP4MOE_CHECK(top_k >= 1 && top_k <= kMaxTopK, "launch_moe_combine_bf16: top_k must be in [1, 32], got ", top_k);
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(expert_out_bf16) % 8 == 0, "launch_moe_combine_bf16: expert outputs must be 8-byte aligned");
@@ -637,7 +645,7 @@ void launch_moe_combine_bf16(const void* expert_out_bf16, const MoeRouteBuffers&
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden_size / 4 + 255) / 256));
   launch_maybe_programmatic(combine_kernel<__nv_bfloat16>, grid, 256, 0, stream,
                             static_cast<const __nv_bfloat16*>(expert_out_bf16), buffers, top_k, hidden_size,
-                            static_cast<__nv_bfloat16*>(out_bf16));
+                            static_cast<__nv_bfloat16*>(out_bf16), route_final_at_launch ? 1 : 0);
 }
 
 void launch_moe_swiglu(const float* gate_up, int64_t rows, int64_t inter, void* h_bf16, cudaStream_t stream) {

@@ -93,10 +93,14 @@ void launch_moe_gather(const void* hidden_bf16, const MoeRouteBuffers& buffers, 
                        cudaStream_t stream);
 
 // out[t, :] = bf16(sum_k topk_weights[t, k] * expert_out[slot_rows[t*K + k], :]); fp32 or BF16 inputs.
+// route_final_at_launch: the route buffers (weights, slot rows) were final before this launch began, a
+// launch lying between their writer and it (the expert GEMMs): the combine then reads them before its
+// programmatic-launch wait. False when the kernel right before wrote them.
 void launch_moe_combine(const float* expert_out, const MoeRouteBuffers& buffers, int64_t tokens, int top_k,
-                        int64_t hidden_size, void* out_bf16, cudaStream_t stream);
+                        int64_t hidden_size, void* out_bf16, bool route_final_at_launch, cudaStream_t stream);
 void launch_moe_combine_bf16(const void* expert_out_bf16, const MoeRouteBuffers& buffers, int64_t tokens,
-                             int top_k, int64_t hidden_size, void* out_bf16, cudaStream_t stream);
+                             int top_k, int64_t hidden_size, void* out_bf16, bool route_final_at_launch,
+                             cudaStream_t stream);
 
 // SwiGLU for GEMM1 outputs kept as [rows, 2I] fp32 (gate columns [0, I), up [I, 2I)), as a library GEMM
 // produces them: h = bf16(silu(gate) * up) with silu(g) = g / (1 + expf(-g)) in fp32. rows = T*K.

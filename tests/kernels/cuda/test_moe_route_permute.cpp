@@ -1,12 +1,14 @@
-// Routing, alignment and gather kernels (moe_route_permute.h) against independent host computations:
-// routing vs route_reference (identical ids, weights to fp32 rounding), the counting sort vs a host
-// stable sort (including invalid ids and one-expert skew), W4A4 gather vs format/nvfp4.h bit for bit.
+// Routing, alignment, gather and combine kernels (moe_route_permute.h) against independent host
+// computations: routing vs route_reference (identical ids, weights to fp32 rounding), the counting sort
+// vs a host stable sort (including invalid ids and one-expert skew), W4A4 gather vs format/nvfp4.h bit
+// for bit, combine vs the host's slot-order sum bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 #include <utility>
 
+#include "format/bf16.h"
 #include "format/fp_codes.h"
 #include "format/nvfp4.h"
 #include "format/synthetic.h"
@@ -287,6 +289,65 @@ TEST(CudaMoeGather, W4A4QuantizationIsBitExact) {
       EXPECT_EQ(bad, 0) << "H " << H;
     }
   }
+}
+
+// Combine = bf16 of the slot-order sum of weight * expert row (products and sums rounded separately, as
+// the CPU reference), bit for bit, for fp32 and BF16 expert outputs, with the route buffers read before
+// or after the programmatic-launch wait (route_final_at_launch; here the align ended before either
+// launch). Slots routed nowhere add nothing; the output is poisoned before each run.
+TEST(CudaMoeCombine, SlotOrderSumBitForBit) {
+  FP4MOE_REQUIRE_SM80(device);
+  const int64_t T = 37, K = 3, H = 1040;
+  const int E = 8;
+  std::vector<int32_t> ids(T * K);
+  for (int64_t i = 0; i < T * K; ++i) ids[i] = static_cast<int32_t>((i * 3 + i / K) % E);
+  ids[4] = -1, ids[30] = E;  // routed nowhere
+  Rng rng(91);
+  std::vector<float> weights(T * K), o(T * K * H);
+  for (float& w : weights) w = static_cast<float>(rng.uniform(0.05, 1.0));
+  for (float& x : o) x = round_to_bf16(static_cast<float>(rng.normal_fast()));  // exact in BF16 too
+  DeviceBuffer ws(moe_route_workspace_bytes(T, K, E, 16));
+  const MoeRouteBuffers b = carve_moe_route_workspace(ws.get(), T, K, E, 16);
+  FP4MOE_CUDA_CHECK(cudaMemcpy(b.topk_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(b.topk_weights, weights.data(), weights.size() * 4, cudaMemcpyHostToDevice));
+  launch_moe_align(b, T, K, E, MTile{16, 0}, nullptr);
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<int32_t> slot_rows(T * K);
+  FP4MOE_CUDA_CHECK(cudaMemcpy(slot_rows.data(), b.slot_rows, slot_rows.size() * 4, cudaMemcpyDeviceToHost));
+  // Expert outputs in sorted order: row slot_rows[s] holds slot s's values.
+  std::vector<float> sorted_o(T * K * H, 0.0f);
+  std::vector<uint16_t> expected(T * H);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < H; ++c) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t s = t * K + k;
+        if (slot_rows[s] < 0) continue;
+        sorted_o[slot_rows[s] * H + c] = o[s * H + c];
+        const volatile float product = weights[s] * o[s * H + c];  // rounded before the add
+        acc = acc + product;
+      }
+      expected[t * H + c] = float_to_bf16(acc);
+    }
+  DeviceBuffer d_o = DeviceBuffer::from_host(sorted_o), d_o_bf16 = DeviceBuffer::from_host(test::to_bf16_bits(sorted_o));
+  DeviceBuffer out(T * H * 2);
+  for (bool bf16_in : {false, true})
+    for (bool route_final : {false, true}) {
+      FP4MOE_CUDA_CHECK(cudaMemset(out.get(), 0xFF, out.bytes()));
+      if (bf16_in) {
+        launch_moe_combine_bf16(d_o_bf16.get(), b, T, K, H, out.get(), route_final, nullptr);
+      } else {
+        launch_moe_combine(d_o.as<float>(), b, T, K, H, out.get(), route_final, nullptr);
+      }
+      FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got = out.to_host<uint16_t>();
+      int64_t bad = 0;
+      for (int64_t i = 0; i < T * H; ++i)
+        if (got[i] != expected[i] && bad++ < 5)
+          ADD_FAILURE() << (bf16_in ? "bf16" : "fp32") << " inputs, route_final_at_launch " << route_final << ": token "
+                        << i / H << " col " << i % H << ": " << bf16_to_float(got[i]) << " vs " << bf16_to_float(expected[i]);
+      EXPECT_EQ(bad, 0) << (bf16_in ? "bf16" : "fp32") << " inputs, route_final_at_launch " << route_final;
+    }
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ TEST(CudaMoeStageTiming, Qwen35Shape) {
       FP4MOE_CUDA_CHECK(cudaEventRecord(ev[4]));
       launch_grouped_gemm_nvfp4w_bf16(a2, GemmEpilogue::kScaleFp32, tile_m, nullptr);
       FP4MOE_CUDA_CHECK(cudaEventRecord(ev[5]));
-      launch_moe_combine(o.as<float>(), b, T, K, H, out.get(), nullptr);
+      launch_moe_combine(o.as<float>(), b, T, K, H, out.get(), /*route_final_at_launch=*/true, nullptr);
       FP4MOE_CUDA_CHECK(cudaEventRecord(ev[6]));
       FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[6]));
       if (rep < 2) continue;
