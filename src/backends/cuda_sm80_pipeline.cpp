@@ -4,6 +4,7 @@
 #include "backends/cuda_sm80_pipeline.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backends/backend_checks.h"
@@ -19,6 +20,13 @@ namespace {
 
 constexpr std::string_view kId = "cuda.sm80.pipeline.v1";
 constexpr int kSmallestTileM = 16;
+// Mean rows per expert from which the 96-row tile takes its four-warp layout (sm80_pipeline_tile), per
+// activation mode. Measured on the H200 (Qwen3.5-397B, docs/perf/2026-11-30-h200-r12.md), time with four
+// warps / time with eight: W4A16 1.05 at 30 mean rows, 1.00 at 40, 1.02 at 50, 1.00 at 60, 0.965 at 80,
+// 0.97 at 160; W4A4 0.94 at 40, 0.95 at 60, 0.96 at 80 (its eight-warp GEMM1 is the 2 x 4 layout, which
+// dequantizes every weight twice per CTA). Below 40 rows W4A4 was not measured.
+constexpr double kTile96FourWarpsFromRowsW4A16 = 64.0;
+constexpr double kTile96FourWarpsFromRowsW4A4 = 40.0;
 
 // The 96-row tile needs more shared memory per block (100 KB) than SM 8.6/8.9 parts allow (99 KB).
 bool large_tile_fits(const DeviceInfo& device) {
@@ -39,6 +47,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
     FP4MOE_CUDA_CHECK(cudaSetDevice(device_));
     configure_grouped_gemm_kernels();
     decode_residency_ = grouped_gemm_decode_residency(device_);
+    force_tile96_warps_ = sm80_pipeline_forced_tile96_warps();
 
     weights_ = upload_repacked_expert_weights(weights, repack_nvfp4_for_mma);
   }
@@ -50,8 +59,13 @@ class PreparedSm80Pipeline final : public PreparedMoe {
     const int K = static_cast<int>(problem_.top_k), E = static_cast<int>(problem_.num_experts);
     // W4A16's GEMM1 reads the hidden rows through the sorted slots at every M tile (no gather). The sm80
     // GEMM's tiles have no tail (MTile).
+    Sm80PipelineTile tile;  // chosen for the validated token count, before the GEMMs are launched
     run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, [](MTile) { return true; },
-                        [&](int64_t tokens) { return MTile{sm80_pipeline_tile_m(tokens, K, E, large_tile_ok_), 0}; },
+                        [&](int64_t tokens) {
+                          tile = sm80_pipeline_tile(tokens, K, E, problem_.activation_mode, large_tile_ok_,
+                                                    force_tile96_warps_);
+                          return MTile{tile.m, 0};
+                        },
                         [&](const PipelineRun& run, const ExpertGemm& gemm) {
                           GroupedGemmArgs g;
                           static_cast<GroupedGemmOperands&>(g) = gemm;
@@ -61,6 +75,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
                           g.decode_residency = decode_residency_;
                           g.rows = run.tokens * K;
                           g.route_final_at_launch = gemm.route_final_at_launch;
+                          g.tile96_warps = tile.tile96_warps;
                           launch_grouped_gemm_nvfp4w_bf16(g, gemm.epilogue, run.tile.rows, run.stream);
                         });
   }
@@ -70,6 +85,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
   int64_t max_tokens_;
   int device_;
   bool large_tile_ok_ = false;
+  std::optional<Tile96Warps> force_tile96_warps_;  // FP4MOE_SM80_TILE96_WARPS, read at prepare
   DecodeResidency decode_residency_;  // split-K sizing (grouped_gemm_decode_residency)
   PipelineWorkspace workspace_;
   DeviceExpertWeights weights_;
@@ -94,28 +110,49 @@ class CudaSm80PipelineBackend final : public MoeBackend {
     return std::make_unique<PreparedSm80Pipeline>(problem, weights, max_tokens, device);
   }
 
-  // The M tile of the grouped GEMMs (16, 64, 128) depends on the rows per expert.
+  // The grouped GEMMs' tile (M rows 16, 64 or 96, and the 96-row tile's warp layout) depends on the rows
+  // per expert.
   std::vector<int64_t> variant_token_counts(const MoeProblem& problem, int64_t max_tokens,
                                             const DeviceInfo& device) const override {
     const bool large_tile_ok = large_tile_fits(device);
+    const std::optional<Tile96Warps> force = sm80_pipeline_forced_tile96_warps();
     return first_token_count_of_each_variant(max_tokens, [&](int64_t t) {
-      return sm80_pipeline_tile_m(t, problem.top_k, problem.num_experts, large_tile_ok);
+      return sm80_pipeline_tile(t, problem.top_k, problem.num_experts, problem.activation_mode, large_tile_ok, force);
     });
   }
 };
 
 }  // namespace
 
-int sm80_pipeline_tile_m(int64_t tokens, int64_t top_k, int64_t num_experts, bool large_tile_ok) {
+Sm80PipelineTile sm80_pipeline_tile(int64_t tokens, int64_t top_k, int64_t num_experts, ActivationMode mode,
+                                    bool large_tile_ok, std::optional<Tile96Warps> force_tile96_warps) {
   // Every expert has at most `tokens` rows, so up to 16 tokens one 16-row tile per expert suffices;
   // beyond, the mean rows per expert picks the tile: the 16-row decode tile while it is memory-bound
   // (<= 16 rows), then 96 where it fits. Measured on the H200 (E=512, docs/perf/2026-11-30-h200-pipeline-3.md):
   // 96 (8 warps, 2 CTAs per SM) beats 64 by 1.34-1.95x and 128 by 1.19-1.70x from 20 to 320 mean rows,
   // also at equal padding (320 rows: 384 for both), so 128 is never picked here.
-  if (tokens <= 16) return 16;
+  if (tokens <= 16) return {16};
   const double mean_rows = static_cast<double>(tokens * top_k) / static_cast<double>(num_experts);
-  if (mean_rows <= 16.0) return 16;
-  return large_tile_ok ? 96 : 64;
+  if (mean_rows <= 16.0) return {16};
+  if (!large_tile_ok) return {64};
+  // The 96-row tile's layout (Tile96Warps): four warps from the measured mean rows per expert.
+  if (force_tile96_warps) return {96, *force_tile96_warps};
+  double four_warps_from = -1;
+  switch (mode) {
+    case ActivationMode::kW4A16: four_warps_from = kTile96FourWarpsFromRowsW4A16; break;
+    case ActivationMode::kW4A4: four_warps_from = kTile96FourWarpsFromRowsW4A4; break;
+  }
+  FP4MOE_CHECK(four_warps_from > 0, "sm80_pipeline_tile: unknown activation mode ", static_cast<int>(mode));
+  return {96, mean_rows >= four_warps_from ? Tile96Warps::kFour : Tile96Warps::kEight};
+}
+
+std::optional<Tile96Warps> sm80_pipeline_forced_tile96_warps() {
+  const char* env = std::getenv("FP4MOE_SM80_TILE96_WARPS");
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  const std::string value(env);
+  if (value == "4") return Tile96Warps::kFour;
+  if (value == "8") return Tile96Warps::kEight;
+  fail("FP4MOE_SM80_TILE96_WARPS must be 4 or 8 (warps of the 96-row tile), got '", value, "'");
 }
 
 std::unique_ptr<MoeBackend> make_cuda_sm80_pipeline_backend() { return std::make_unique<CudaSm80PipelineBackend>(); }

@@ -64,14 +64,22 @@ struct TileConfig {
 // 41 %; 1 x 8 made the 96-row GEMMs 1.09-1.30x faster). Measured on the H200 with 20 to 320 rows per
 // expert: 1.34-1.95x faster than 64 x 128 and 1.19-1.70x faster than 128 x 128 (cuda_sm80_pipeline.cpp
 // picks it). The W4A4 GEMM1 epilogue needs 32 columns per warp (a 16-column NVFP4 block of h), so it
-// takes the first variant of its tile that has them (96 x 128 with 2 x 4 warps).
+// takes the first variant of its tile that has them (96 x 128 with 2 x 4 warps). The last variant has
+// 1 x 4 warps of 96 x 32 (Tile96Warps::kFour, 236 registers, two CTAs per SM): half the A fragments'
+// shared-memory reads per mma, for many rows per expert (the pipeline picks it by rows per expert).
 constexpr TileConfig kConfigs[] = {
     {16, 32, 1, 1, 4, true, 16},
     {64, 128, 2, 2, 3, false, 1},
     {96, 128, 1, 8, 3, false, 2},
     {96, 128, 2, 4, 3, false, 2},
-    {128, 128, 2, 4, 3, false, 1}};
+    {128, 128, 2, 4, 3, false, 1},
+    {96, 128, 1, 4, 3, false, 2}};
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
+// Tile96Warps::kFour: never the first 96-row config, so config_index keeps picking the eight-warp ones.
+constexpr int kConfigTile96FourWarps = 5;
+static_assert(kConfigs[kConfigTile96FourWarps].bm == 96 && kConfigs[kConfigTile96FourWarps].warps_m == 1 &&
+                  kConfigs[kConfigTile96FourWarps].warps_n == 4 && kConfigs[2].bm == 96 && kConfigs[2].warps_n == 8,
+              "the four-warp 96-row layout (Tile96Warps::kFour) and the eight-warp one picked first");
 constexpr int kChunkK = 128;
 constexpr int kLutBytes = 1024;
 
@@ -530,8 +538,9 @@ void launch_epilogue(const Params& p, int cfg, int64_t max_tiles, int splits, cu
     case 2: return launch_config<2, EPI>(p, max_tiles, splits, stream);
     case 3: return launch_config<3, EPI>(p, max_tiles, splits, stream);
     case 4: return launch_config<4, EPI>(p, max_tiles, splits, stream);
+    case 5: return launch_config<5, EPI>(p, max_tiles, splits, stream);
   }
-  static_assert(kNumConfigs == 5, "launch_epilogue lists every configuration");
+  static_assert(kNumConfigs == 6, "launch_epilogue lists every configuration");
   fail("grouped GEMM: unknown tile configuration ", cfg);
 }
 
@@ -624,6 +633,7 @@ void configure_grouped_gemm_kernels() {
   if (static_cast<size_t>(optin) >= smem_bytes(kConfigs[2])) configure_config<2>();
   if (static_cast<size_t>(optin) >= smem_bytes(kConfigs[3])) configure_config<3>();
   if (static_cast<size_t>(optin) >= smem_bytes(kConfigs[4])) configure_config<4>();
+  if (static_cast<size_t>(optin) >= smem_bytes(kConfigs[5])) configure_config<5>();
 }
 
 void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue epilogue, int tile_m,
@@ -643,7 +653,9 @@ void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue e
            static_cast<int>(args.k), args.scale_first, args.scale_second, args.input_scale, args.out_scale,
            args.route.tile_expert, args.route.tile_row_begin, args.route.num_tiles, args.route.expert_offsets,
            args.out, 0, 0, 0};
-  const int cfg = config_index(tile_m, epilogue);
+  FP4MOE_CHECK(args.tile96_warps == Tile96Warps::kEight || tile_m == 96,
+               "grouped GEMM: the four-warp layout is a layout of the 96-row tile, not of tile_m ", tile_m);
+  const int cfg = args.tile96_warps == Tile96Warps::kFour ? kConfigTile96FourWarps : config_index(tile_m, epilogue);
   FP4MOE_CHECK(args.k_splits >= 0 && args.k_splits <= kMaxKSplits, "grouped GEMM: k_splits ", args.k_splits,
                " outside [0, ", kMaxKSplits, "]");
   FP4MOE_CHECK(args.k_splits <= 1 || tile_m == kConfigs[0].bm, "grouped GEMM: forced k_splits ", args.k_splits,

@@ -27,6 +27,13 @@ DecodeResidency grouped_gemm_decode_residency(int device);
 int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m,
                           const DecodeResidency& residency);
 
+// The 96-row tile's warp layout. kEight: 8 warps of 96 x 16 (48 x 32 for the NVFP4 SwiGLU epilogue, which
+// quantizes 16-column blocks of h); two CTAs per SM give 16 warps to hide the dequantization's latency:
+// best with few rows per expert. kFour: 4 warps of 96 x 32; each A fragment a warp reads from shared
+// memory feeds twice the mma.sync, so the ldmatrix traffic per mma halves (shared memory was the busiest
+// unit, 79 %, under kEight at 4096 tokens of Qwen3.5-397B on the H200): best with many rows per expert.
+enum class Tile96Warps { kEight, kFour };
+
 // The operands in this kernel's terms: w_packed [E][N/8][K/128][512] (nvfp4_mma_layout.h), w_scales
 // [E][N/8][K/128][64]; N and K multiples of 128.
 struct GroupedGemmArgs : GroupedGemmOperands {
@@ -41,6 +48,7 @@ struct GroupedGemmArgs : GroupedGemmOperands {
   // and starts its weight copies before its programmatic-launch wait (needs decode_residency). False
   // when the kernel before wrote them.
   bool route_final_at_launch = false;
+  Tile96Warps tile96_warps = Tile96Warps::kEight;  // tile_m 96 only (kFour with another tile is an error)
 };
 
 // M tiles with a kernel configuration: 16 (decode: 1 warp x 32 columns per CTA, so every SM streams

@@ -4,13 +4,15 @@
 // be served by a kernel variant that qualification never ran.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
-#include <functional>
-#include <set>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "backends/cuda_sm80_fused_decode.h"
 #include "backends/cuda_sm80_pipeline.h"
+#include "common/error.h"
 #include "kernels/cuda/moe_fused_decode_sm80.h"
 #include "kernels/moe_problem.h"
 #ifdef FP4MOE_HAVE_SM90A
@@ -31,12 +33,14 @@ DeviceInfo h200_like() {
 }
 
 // The declared counts are exactly the first token count of each value of variant(T), T in [1, max].
-void expect_declares_every_variant(const std::vector<int64_t>& declared, int64_t max_tokens,
-                                   const std::function<int(int64_t)>& variant) {
+template <typename VariantOf>
+void expect_declares_every_variant(const std::vector<int64_t>& declared, int64_t max_tokens, VariantOf variant) {
   std::vector<int64_t> expected;
-  std::set<int> seen;
-  for (int64_t t = 1; t <= max_tokens; ++t)
-    if (seen.insert(variant(t)).second) expected.push_back(t);
+  std::vector<decltype(variant(int64_t{1}))> seen;
+  for (int64_t t = 1; t <= max_tokens; ++t) {
+    const auto v = variant(t);
+    if (std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v), expected.push_back(t);
+  }
   EXPECT_EQ(declared, expected);
 }
 
@@ -49,19 +53,58 @@ TEST(BackendVariants, PipelineDeclaresEachGemmTile) {
     for (int64_t max_tokens : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
       const std::vector<int64_t> declared = backend->variant_token_counts(problem, max_tokens, h200_like());
       expect_declares_every_variant(declared, max_tokens, [&](int64_t t) {
-        return sm80_pipeline_tile_m(t, problem.top_k, problem.num_experts, true);
+        return sm80_pipeline_tile(t, problem.top_k, problem.num_experts, problem.activation_mode, true);
       });
     }
   }
   // qwen3-30b up to 4096 tokens runs the decode tile, then the 96-row tile (measured fastest from 20
-  // mean rows per expert on the H200).
-  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 4096, h200_like()), (std::vector<int64_t>{1, 257}));
+  // mean rows per expert on the H200) with eight warps, then with four (from 64 mean rows: 1024 tokens).
+  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 4096, h200_like()), (std::vector<int64_t>{1, 257, 1024}));
   // Without the shared memory of the 96- and 128-row tiles, the pipeline picks 64 instead.
   DeviceInfo small = h200_like();
   small.shared_memory_per_block_optin = 101376;  // SM 8.6/8.9-class parts
   expect_declares_every_variant(backend->variant_token_counts(kQwen3_30b, 4096, small), 4096, [&](int64_t t) {
-    return sm80_pipeline_tile_m(t, kQwen3_30b.top_k, kQwen3_30b.num_experts, false);
+    return sm80_pipeline_tile(t, kQwen3_30b.top_k, kQwen3_30b.num_experts, kQwen3_30b.activation_mode, false);
   });
+}
+
+// The 96-row tile's warp layout follows the mean rows per expert (thresholds per activation mode), and the
+// measurement knob forces it (a forced layout is one variant fewer: qualification probes what runs).
+TEST(BackendVariants, PipelineTile96WarpsFollowRowsPerExpertOrTheKnob) {
+  const auto tile = [](int64_t t, ActivationMode mode, std::optional<Tile96Warps> force = std::nullopt) {
+    return sm80_pipeline_tile(t, kQwen35.top_k, kQwen35.num_experts, mode, true, force);
+  };
+  const ActivationMode a16 = ActivationMode::kW4A16, a4 = ActivationMode::kW4A4;
+  EXPECT_EQ(tile(1024, a16), (Sm80PipelineTile{96, Tile96Warps::kEight}));  // 20 mean rows
+  EXPECT_EQ(tile(3276, a16), (Sm80PipelineTile{96, Tile96Warps::kEight}));  // 63.98
+  EXPECT_EQ(tile(3277, a16), (Sm80PipelineTile{96, Tile96Warps::kFour}));   // 64.004
+  EXPECT_EQ(tile(2047, a4), (Sm80PipelineTile{96, Tile96Warps::kEight}));   // 39.98
+  EXPECT_EQ(tile(2048, a4), (Sm80PipelineTile{96, Tile96Warps::kFour}));    // 40
+  EXPECT_EQ(tile(1024, a16, Tile96Warps::kFour), (Sm80PipelineTile{96, Tile96Warps::kFour}));
+  EXPECT_EQ(tile(4096, a4, Tile96Warps::kEight), (Sm80PipelineTile{96, Tile96Warps::kEight}));
+  EXPECT_EQ(tile(8, a16), (Sm80PipelineTile{16}));  // the decode tile ignores a forced 96-row layout
+  EXPECT_EQ(tile(8, a16, Tile96Warps::kFour), (Sm80PipelineTile{16}));
+  EXPECT_EQ(sm80_pipeline_tile(4096, kQwen35.top_k, kQwen35.num_experts, a16, false), (Sm80PipelineTile{64}));
+  EXPECT_THROW(tile(4096, static_cast<ActivationMode>(7)), Error);
+
+  const auto backend = make_cuda_sm80_pipeline_backend();
+  MoeProblem w4a4 = kQwen35;
+  w4a4.activation_mode = a4;
+  unsetenv("FP4MOE_SM80_TILE96_WARPS");
+  EXPECT_EQ(sm80_pipeline_forced_tile96_warps(), std::nullopt);
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 820, 3277}));
+  EXPECT_EQ(backend->variant_token_counts(w4a4, 4096, h200_like()), (std::vector<int64_t>{1, 820, 2048}));
+  setenv("FP4MOE_SM80_TILE96_WARPS", "4", 1);
+  EXPECT_EQ(sm80_pipeline_forced_tile96_warps(), Tile96Warps::kFour);
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 820}));
+  setenv("FP4MOE_SM80_TILE96_WARPS", "6", 1);
+  try {
+    sm80_pipeline_forced_tile96_warps();
+    ADD_FAILURE() << "FP4MOE_SM80_TILE96_WARPS=6 was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("FP4MOE_SM80_TILE96_WARPS must be 4 or 8"), std::string::npos) << e.what();
+  }
+  unsetenv("FP4MOE_SM80_TILE96_WARPS");
 }
 
 TEST(BackendVariants, FusedDecodeDeclaresTheSecondLaunchChunk) {

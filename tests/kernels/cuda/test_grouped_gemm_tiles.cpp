@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/pipeline_parts.h"
@@ -63,12 +64,18 @@ TEST(CudaGroupedGemmTiles, EveryTileConfigurationGivesTheSameBits) {
     DeviceBuffer hidden = DeviceBuffer::from_host(test::to_bf16_bits(synthetic_activations(T, H, 40 + T)));
     std::vector<uint16_t> h_ref, h4_ref;
     std::vector<float> o_ref;
-    for (int tile_m : kGemmTileMs) {
+    // Every M tile, and the 96-row tile in both warp layouts.
+    std::vector<std::pair<int, Tile96Warps>> tiles;
+    for (int tile_m : kGemmTileMs) tiles.emplace_back(tile_m, Tile96Warps::kEight);
+    tiles.emplace_back(96, Tile96Warps::kFour);
+    for (const auto& [tile_m, warps] : tiles) {
       if (device->shared_memory_per_block_optin < static_cast<int64_t>(grouped_gemm_smem_bytes(tile_m))) continue;
-      const std::string label = "T=" + std::to_string(T) + " tile_m=" + std::to_string(tile_m);
+      const std::string label = "T=" + std::to_string(T) + " tile_m=" + std::to_string(tile_m) +
+                                (warps == Tile96Warps::kFour ? " (four warps)" : "");
       layer.route_and_gather(hidden, T, 50 + T, tile_m);
       // No split: one pass over K.
-      const auto [a1, a2] = test::sm80_w4a16_gemm_args(dw, b, T, K, E, H, I, tile_m, rows.get(), h.get(), o.get(), false);
+      auto [a1, a2] = test::sm80_w4a16_gemm_args(dw, b, T, K, E, H, I, tile_m, rows.get(), h.get(), o.get(), false);
+      a1.tile96_warps = a2.tile96_warps = warps;
       // W4A4 epilogue first (its h is only compared), then W4A16 h and the GEMM2 that reads it.
       FP4MOE_CUDA_CHECK(cudaMemset(h.get(), 0xFF, T * K * I * 2));
       launch_grouped_gemm_nvfp4w_bf16(a1, GemmEpilogue::kSwigluNvfp4, tile_m, nullptr);
@@ -106,6 +113,11 @@ TEST(CudaGroupedGemmTiles, EveryTileConfigurationGivesTheSameBits) {
       EXPECT_EQ(std::memcmp(ov.data(), o_ref.data(), ov.size() * 4), 0) << "o " << label << " differs from tile_m 16";
     }
   }
+  // The four-warp layout belongs to the 96-row tile only.
+  layer.route_and_gather(DeviceBuffer::from_host(test::to_bf16_bits(synthetic_activations(200, H, 1))), 200, 2, 64);
+  auto [a1, a2] = test::sm80_w4a16_gemm_args(dw, b, 200, K, E, H, I, 64, rows.get(), h.get(), o.get(), false);
+  a1.tile96_warps = Tile96Warps::kFour;
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(a1, GemmEpilogue::kSwiglu, 64, nullptr), Error);
 }
 
 // GEMM2's early start (GroupedGemmArgs::route_final_at_launch: the decode tile's first wave reads its
