@@ -24,6 +24,11 @@ cd "$(dirname "$0")/../.."
 patch_file=$(realpath "$1")
 shift
 [ -f "$patch_file" ] || { echo "ab.sh: no patch file $patch_file" >&2; exit 2; }
+# A run's JSON is named by its label (PRESET or PRESET-ACTIVATION): two specs with one label would
+# overwrite each other's results. Put their token counts in one spec.
+labels=$(for spec in "$@"; do IFS=: read -r preset _ _ activation <<< "$spec"; echo "$preset${activation:+-$activation}"; done)
+dup=$(sort <<< "$labels" | uniq -d | head -1)
+[ -z "$dup" ] || { echo "ab.sh: two specs share the label $dup (their JSONs would collide); merge their token lists" >&2; exit 2; }
 [ -f .deps/unpack.sh ] && source .deps/unpack.sh
 out=${OUT:-$PWD/ab-out}
 mkdir -p "$out"
