@@ -5,7 +5,6 @@
 #pragma once
 #include <cstdint>
 #include <memory>
-
 #include <optional>
 
 #include "backends/moe_backend.h"

@@ -24,9 +24,10 @@ cd "$(dirname "$0")/../.."
 patch_file=$(realpath "$1")
 shift
 [ -f "$patch_file" ] || { echo "ab.sh: no patch file $patch_file" >&2; exit 2; }
-# A run's JSON is named by its label (PRESET or PRESET-ACTIVATION): two specs with one label would
+# A run's JSON is named by its spec's label, PRESET or PRESET-ACTIVATION: two specs with one label would
 # overwrite each other's results. Put their token counts in one spec.
-labels=$(for spec in "$@"; do IFS=: read -r preset _ _ activation <<< "$spec"; echo "$preset${activation:+-$activation}"; done)
+spec_label() { local preset tokens backend activation; IFS=: read -r preset tokens backend activation <<< "$1"; echo "$preset${activation:+-$activation}"; }
+labels=$(for spec in "$@"; do spec_label "$spec"; done)
 dup=$(sort <<< "$labels" | uniq -d | head -1)
 [ -z "$dup" ] || { echo "ab.sh: two specs share the label $dup (their JSONs would collide); merge their token lists" >&2; exit 2; }
 [ -f .deps/unpack.sh ] && source .deps/unpack.sh
@@ -69,7 +70,7 @@ for round in $(seq 1 "$rounds"); do
   for side in a b; do
     for spec in "$@"; do
       IFS=: read -r preset tokens backend activation <<< "$spec"
-      label=$preset${activation:+-$activation}
+      label=$(spec_label "$spec")
       json="$out/$side-r$round-$label.json"
       args=(bench moe --preset "$preset" --tokens "$tokens" --no-baseline --json "$json")
       [ -n "$backend" ] && args+=(--backend "$backend")
