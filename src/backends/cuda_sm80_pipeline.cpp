@@ -20,14 +20,6 @@ namespace {
 
 constexpr std::string_view kId = "cuda.sm80.pipeline.v1";
 constexpr int kSmallestTileM = 16;
-// Mean rows per expert from which the 96-row tile takes its four-warp layout (sm80_pipeline_tile), per
-// activation mode. Measured on the H200 (Qwen3.5-397B, docs/perf/2026-11-30-h200-r12.md), time with four
-// warps / time with eight: W4A16 1.05 at 30 mean rows, 1.00 at 40, 1.02 at 50, 1.00 at 60, 0.965 at 80,
-// 0.97 at 160; W4A4 0.94 at 40, 0.95 at 60, 0.96 at 80 (its eight-warp GEMM1 is the 2 x 4 layout, which
-// dequantizes every weight twice per CTA). Below 40 rows W4A4 was not measured.
-constexpr double kTile96FourWarpsFromRowsW4A16 = 64.0;
-constexpr double kTile96FourWarpsFromRowsW4A4 = 40.0;
-
 // The 96-row tile needs more shared memory per block (100 KB) than SM 8.6/8.9 parts allow (99 KB).
 bool large_tile_fits(const DeviceInfo& device) {
   return device.shared_memory_per_block_optin >= static_cast<int64_t>(grouped_gemm_smem_bytes(96));
@@ -62,8 +54,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
     Sm80PipelineTile tile;  // chosen for the validated token count, before the GEMMs are launched
     run_expert_pipeline(kId, problem_, max_tokens_, weights_, workspace_, args, [](MTile) { return true; },
                         [&](int64_t tokens) {
-                          tile = sm80_pipeline_tile(tokens, K, E, problem_.activation_mode, large_tile_ok_,
-                                                    force_tile96_warps_);
+                          tile = sm80_pipeline_tile(tokens, K, E, large_tile_ok_, force_tile96_warps_);
                           return MTile{tile.m, 0};
                         },
                         [&](const PipelineRun& run, const ExpertGemm& gemm) {
@@ -117,15 +108,15 @@ class CudaSm80PipelineBackend final : public MoeBackend {
     const bool large_tile_ok = large_tile_fits(device);
     const std::optional<Tile96Warps> force = sm80_pipeline_forced_tile96_warps();
     return first_token_count_of_each_variant(max_tokens, [&](int64_t t) {
-      return sm80_pipeline_tile(t, problem.top_k, problem.num_experts, problem.activation_mode, large_tile_ok, force);
+      return sm80_pipeline_tile(t, problem.top_k, problem.num_experts, large_tile_ok, force);
     });
   }
 };
 
 }  // namespace
 
-Sm80PipelineTile sm80_pipeline_tile(int64_t tokens, int64_t top_k, int64_t num_experts, ActivationMode mode,
-                                    bool large_tile_ok, std::optional<Tile96Warps> force_tile96_warps) {
+Sm80PipelineTile sm80_pipeline_tile(int64_t tokens, int64_t top_k, int64_t num_experts, bool large_tile_ok,
+                                    std::optional<Tile96Warps> force_tile96_warps) {
   // Every expert has at most `tokens` rows, so up to 16 tokens one 16-row tile per expert suffices;
   // beyond, the mean rows per expert picks the tile: the 16-row decode tile while it is memory-bound
   // (<= 16 rows), then 96 where it fits. Measured on the H200 (E=512, docs/perf/2026-11-30-h200-pipeline-3.md):
@@ -135,15 +126,11 @@ Sm80PipelineTile sm80_pipeline_tile(int64_t tokens, int64_t top_k, int64_t num_e
   const double mean_rows = static_cast<double>(tokens * top_k) / static_cast<double>(num_experts);
   if (mean_rows <= 16.0) return {16};
   if (!large_tile_ok) return {64};
-  // The 96-row tile's layout (Tile96Warps): four warps from the measured mean rows per expert.
-  if (force_tile96_warps) return {96, *force_tile96_warps};
-  double four_warps_from = -1;
-  switch (mode) {
-    case ActivationMode::kW4A16: four_warps_from = kTile96FourWarpsFromRowsW4A16; break;
-    case ActivationMode::kW4A4: four_warps_from = kTile96FourWarpsFromRowsW4A4; break;
-  }
-  FP4MOE_CHECK(four_warps_from > 0, "sm80_pipeline_tile: unknown activation mode ", static_cast<int>(mode));
-  return {96, mean_rows >= four_warps_from ? Tile96Warps::kFour : Tile96Warps::kEight};
+  // The 96-row tile's layout: four warps, unless forced. Since the copies' addresses are precomputed
+  // (docs/perf/2026-11-30-h200-r13.md) four warps beat eight at every measured size of Qwen3.5-397B on
+  // the H200, 16 to 160 mean rows per expert: time with four / time with eight 0.92-0.975 for W4A16,
+  // 0.85-0.90 for W4A4. (Before, eight won below 40-64 mean rows: their copies hid the latency.)
+  return {96, force_tile96_warps.value_or(Tile96Warps::kFour)};
 }
 
 std::optional<Tile96Warps> sm80_pipeline_forced_tile96_warps() {

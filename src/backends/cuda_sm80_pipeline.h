@@ -16,17 +16,18 @@ namespace fp4moe {
 std::unique_ptr<MoeBackend> make_cuda_sm80_pipeline_backend();
 
 // The grouped GEMMs' tile for T tokens: M rows (16 for decode, 96 for prefill, 64 where 96 does not fit)
-// and, for 96, the warp layout. Exposed for tests and benchmarks. large_tile_ok: the device has the
-// shared memory of the 96-row tile. force_tile96_warps: a forced layout for the 96-row tile (measurements).
+// and, for 96, the warp layout (four warps unless forced). Exposed for tests and benchmarks. large_tile_ok:
+// the device has the shared memory of the 96-row tile. force_tile96_warps: a forced layout for the 96-row
+// tile (measurements).
 struct Sm80PipelineTile {
   int m = 0;
   Tile96Warps tile96_warps = Tile96Warps::kEight;
   bool operator==(const Sm80PipelineTile&) const = default;
 };
-Sm80PipelineTile sm80_pipeline_tile(int64_t tokens, int64_t top_k, int64_t num_experts, ActivationMode mode,
-                                    bool large_tile_ok, std::optional<Tile96Warps> force_tile96_warps = std::nullopt);
-// FP4MOE_SM80_TILE96_WARPS=4|8 forces the 96-row tile's layout (a measurement knob; unset: by rows per
-// expert). Any other value is an error.
+Sm80PipelineTile sm80_pipeline_tile(int64_t tokens, int64_t top_k, int64_t num_experts, bool large_tile_ok,
+                                    std::optional<Tile96Warps> force_tile96_warps = std::nullopt);
+// FP4MOE_SM80_TILE96_WARPS=4|8 forces the 96-row tile's layout (a measurement knob; unset: four warps).
+// Any other value is an error.
 std::optional<Tile96Warps> sm80_pipeline_forced_tile96_warps();
 
 }  // namespace fp4moe

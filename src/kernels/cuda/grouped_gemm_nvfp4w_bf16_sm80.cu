@@ -41,7 +41,7 @@ namespace fp4moe {
 namespace {
 
 using sm80::bf16x2_mul;
-using sm80::cp_async16;
+using sm80::cp_async16_if;
 using sm80::cp_async_commit;
 using sm80::cp_async_wait;
 using sm80::mma_bf16;
@@ -66,7 +66,8 @@ struct TileConfig {
 // picks it). The W4A4 GEMM1 epilogue needs 32 columns per warp (a 16-column NVFP4 block of h), so it
 // takes the first variant of its tile that has them (96 x 128 with 2 x 4 warps). The last variant has
 // 1 x 4 warps of 96 x 32 (Tile96Warps::kFour, 236 registers, two CTAs per SM): half the A fragments'
-// shared-memory reads per mma, for many rows per expert (the pipeline picks it by rows per expert).
+// shared-memory reads per mma; since the copies' addresses are precomputed it is the faster 96-row
+// layout at every measured size, and the pipeline backend picks it (docs/perf/2026-11-30-h200-r13.md).
 constexpr TileConfig kConfigs[] = {
     {16, 32, 1, 1, 4, true, 16},
     {64, 128, 2, 2, 3, false, 1},
@@ -238,41 +239,52 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
 
   // cp.async issue with compile-time trip counts and per-thread bases hoisted out of the K loop (a
   // loop starting at threadIdx.x has an unknown trip count and compiles to generic, IMAD-heavy code).
+  // Each copy's operands are precomputed per thread: shared-memory byte addresses (32 bits), A's source
+  // offsets in 16-byte units (32 bits; the host checks that A fits) and bit masks for the row tests, so
+  // that a copy costs an add, a wide multiply and the predicated LDGSTS. (Built per copy and chunk, a
+  // 64-bit address, the generic-to-shared conversion and a branch around each copy took ~40 % of the
+  // 96-row tile's K-loop instructions.)
   constexpr int A_CHUNKS = c.a_in_registers ? 0 : BM * 16, B_CHUNKS = (BN / 8) * 32, S_CHUNKS = (BN / 8) * 4;
   static_assert(A_CHUNKS % THREADS == 0 && B_CHUNKS % THREADS == 0, "tile copies must split evenly over threads");
   constexpr int A_ITERS = A_CHUNKS / THREADS, B_ITERS = B_CHUNKS / THREADS;
   constexpr int A_ROWS_PER_ITER = THREADS / 16, B_BLOCKS_PER_ITER = THREADS / 32;
-  const int a_r = tid / 16, a_ch = tid % 16;  // A: row a_r + it * A_ROWS_PER_ITER, chunk a_ch
-  int a_src_row[A_ITERS > 0 ? A_ITERS : 1];  // A's row behind each copied tile row (32 bits: registers)
+  static_assert(A_ITERS == 0 || A_ROWS_PER_ITER % 8 == 0, "a thread's A copies share their swizzle (row & 7)");
+  static_assert(A_ITERS <= 32, "one mask bit per A copy of a thread");
+  const int a_r = tid / 16, a_ch = tid % 16;  // A: row a_r + it * A_ROWS_PER_ITER, 16-byte chunk a_ch
+  uint32_t a_src16[A_ITERS > 0 ? A_ITERS : 1];  // (A's source row * K + 8 * a_ch) / 8; 0 past the rows
+  uint32_t a_valid = 0, a_live = 0;             // bit it: the row holds data / a live fragment reads it
 #pragma unroll
   for (int it = 0; it < A_ITERS; ++it) {
     const int r = a_r + it * A_ROWS_PER_ITER;
-    a_src_row[it] = r < rows ? a_source_row(r) : 0;
+    a_src16[it] = r < rows ? uint32_t(a_source_row(r)) * uint32_t(p.k / 8) + uint32_t(a_ch) : 0u;
+    a_valid |= uint32_t(r < rows) << it;
+    a_live |= uint32_t(r < read_rows) << it;  // rows no fragment reads are not copied (nor zero-filled)
   }
-  const __nv_bfloat16* a_chunk = p.a + a_ch * 8;
+  const uint4* a16 = reinterpret_cast<const uint4*>(p.a);
+  const uint32_t ring_addr = smem_addr(ring);
+  const uint32_t a_dst = ring_addr + a_r * 256 + ((a_ch ^ (a_r & 7)) * 16);
   const int b_nb = tid / 32, b_l = tid % 32;  // W: block b_nb + it * B_BLOCKS_PER_ITER, lane b_l
   const uint8_t* b_src = wbase + size_t(b_nb) * chunks * 512 + b_l * 16;
+  const size_t b_src_step = size_t(B_BLOCKS_PER_ITER) * chunks * 512;
+  const uint32_t b_dst = ring_addr + A_BYTES + b_nb * 512 + b_l * 16;
   const bool s_active = tid < S_CHUNKS;  // scales: S_CHUNKS <= THREADS
   static_assert(S_CHUNKS <= THREADS, "one scale copy per thread at most");
   const uint8_t* s_src = sbase + size_t(tid / 4) * chunks * 64 + (tid % 4) * 16;
+  const uint32_t s_dst = ring_addr + A_BYTES + B_BYTES + tid * 16;
   auto load_stage = [&](int kc, int stage) {
-    uint8_t* sa = ring + stage * STAGE;
-    uint8_t* sb = sa + A_BYTES;
-    uint8_t* ss = sb + B_BYTES;
+    const uint32_t stage_offset = uint32_t(stage) * STAGE;
 #pragma unroll
     for (int it = 0; it < A_ITERS; ++it) {
-      const int r = a_r + it * A_ROWS_PER_ITER;
-      const bool valid = r < rows;
-      if (r >= read_rows) continue;  // no fragment reads these rows (zero-filled only inside live fragments)
-      cp_async16(sa + r * 256 + ((a_ch ^ (r & 7)) * 16), valid ? a_chunk + size_t(a_src_row[it]) * p.k + kc * kChunkK : p.a,
-                 valid ? 16 : 0);
+      // Rows past the expert's (inside a live fragment) are zero-filled from an in-bounds address of row 0.
+      cp_async16_if((a_live >> it) & 1u, a_dst + stage_offset + it * A_ROWS_PER_ITER * 256,
+                    a16 + (a_src16[it] + uint32_t(kc) * (kChunkK / 8)), ((a_valid >> it) & 1u) ? 16 : 0);
     }
+    const uint8_t* b_chunk = b_src + size_t(kc) * 512;
 #pragma unroll
     for (int it = 0; it < B_ITERS; ++it) {
-      cp_async16(sb + (b_nb + it * B_BLOCKS_PER_ITER) * 512 + b_l * 16,
-                 b_src + (size_t(it * B_BLOCKS_PER_ITER) * chunks + kc) * 512, 16);
+      cp_async16_if(true, b_dst + stage_offset + it * B_BLOCKS_PER_ITER * 512, b_chunk + it * b_src_step, 16);
     }
-    if (s_active) cp_async16(ss + tid * 16, s_src + size_t(kc) * 64, 16);
+    cp_async16_if(s_active, s_dst + stage_offset, s_src + size_t(kc) * 64, 16);
   };
 
   const int warp = tid / 32, lane = tid % 32;
@@ -649,6 +661,12 @@ void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue e
   if (args.max_tiles <= 0) return;
   FP4MOE_CHECK(args.max_tiles < 65536, "grouped GEMM: ", args.max_tiles, " M tiles exceed the grid limit");
   FP4MOE_CHECK(!args.a_slots || args.top_k >= 1, "grouped GEMM: reading A through a_slots needs top_k >= 1");
+  // The kernel addresses A in 16-byte units with 32-bit offsets; A has at most max_tiles * tile_m rows
+  // (the sorted rows; the tokens behind them are fewer).
+  FP4MOE_CHECK(static_cast<uint64_t>(args.max_tiles) * static_cast<uint64_t>(tile_m) * static_cast<uint64_t>(args.k) / 8 <=
+                   uint64_t{0xFFFFFFFF},
+               "grouped GEMM: ", args.max_tiles, " M tiles of ", tile_m, " rows x K = ", args.k,
+               " exceed the kernel's 32-bit offsets into A");
   Params p{static_cast<const __nv_bfloat16*>(args.a), args.a_slots, args.top_k, args.w_packed, args.w_scales, static_cast<int>(args.n),
            static_cast<int>(args.k), args.scale_first, args.scale_second, args.input_scale, args.out_scale,
            args.route.tile_expert, args.route.tile_row_begin, args.route.num_tiles, args.route.expert_offsets,

@@ -28,10 +28,11 @@ int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, i
                           const DecodeResidency& residency);
 
 // The 96-row tile's warp layout. kEight: 8 warps of 96 x 16 (48 x 32 for the NVFP4 SwiGLU epilogue, which
-// quantizes 16-column blocks of h); two CTAs per SM give 16 warps to hide the dequantization's latency:
-// best with few rows per expert. kFour: 4 warps of 96 x 32; each A fragment a warp reads from shared
-// memory feeds twice the mma.sync, so the ldmatrix traffic per mma halves (shared memory was the busiest
-// unit, 79 %, under kEight at 4096 tokens of Qwen3.5-397B on the H200): best with many rows per expert.
+// quantizes 16-column blocks of h); two CTAs per SM give 16 warps to hide the dequantization's latency.
+// kFour: 4 warps of 96 x 32; each A fragment a warp reads from shared memory feeds twice the mma.sync, so
+// the ldmatrix traffic per mma halves (shared memory was the busiest unit, 79 %, under kEight at 4096
+// tokens of Qwen3.5-397B on the H200). Since the copies' addresses are precomputed, kFour is the faster
+// one at every measured size (the pipeline backend's choice; kEight stays for measurements).
 enum class Tile96Warps { kEight, kFour };
 
 // The operands in this kernel's terms: w_packed [E][N/8][K/128][512] (nvfp4_mma_layout.h), w_scales

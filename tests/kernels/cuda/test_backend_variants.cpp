@@ -53,50 +53,47 @@ TEST(BackendVariants, PipelineDeclaresEachGemmTile) {
     for (int64_t max_tokens : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
       const std::vector<int64_t> declared = backend->variant_token_counts(problem, max_tokens, h200_like());
       expect_declares_every_variant(declared, max_tokens, [&](int64_t t) {
-        return sm80_pipeline_tile(t, problem.top_k, problem.num_experts, problem.activation_mode, true);
+        return sm80_pipeline_tile(t, problem.top_k, problem.num_experts, true);
       });
     }
   }
-  // qwen3-30b up to 4096 tokens runs the decode tile, then the 96-row tile (measured fastest from 20
-  // mean rows per expert on the H200) with eight warps, then with four (from 64 mean rows: 1024 tokens).
-  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 4096, h200_like()), (std::vector<int64_t>{1, 257, 1024}));
+  // qwen3-30b up to 4096 tokens runs the decode tile, then the 96-row tile (four warps) from 257 tokens.
+  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 4096, h200_like()), (std::vector<int64_t>{1, 257}));
   // Without the shared memory of the 96- and 128-row tiles, the pipeline picks 64 instead.
   DeviceInfo small = h200_like();
   small.shared_memory_per_block_optin = 101376;  // SM 8.6/8.9-class parts
   expect_declares_every_variant(backend->variant_token_counts(kQwen3_30b, 4096, small), 4096, [&](int64_t t) {
-    return sm80_pipeline_tile(t, kQwen3_30b.top_k, kQwen3_30b.num_experts, kQwen3_30b.activation_mode, false);
+    return sm80_pipeline_tile(t, kQwen3_30b.top_k, kQwen3_30b.num_experts, false);
   });
 }
 
-// The 96-row tile's warp layout follows the mean rows per expert (thresholds per activation mode), and the
-// measurement knob forces it (a forced layout is one variant fewer: qualification probes what runs).
-TEST(BackendVariants, PipelineTile96WarpsFollowRowsPerExpertOrTheKnob) {
-  const auto tile = [](int64_t t, ActivationMode mode, std::optional<Tile96Warps> force = std::nullopt) {
-    return sm80_pipeline_tile(t, kQwen35.top_k, kQwen35.num_experts, mode, true, force);
+// The 96-row tile takes four warps, whatever the activation mode, and the measurement knob forces either
+// layout (the variants follow: qualification probes what runs).
+TEST(BackendVariants, PipelineTile96TakesFourWarpsUnlessTheKnobForcesEight) {
+  const auto tile = [](int64_t t, std::optional<Tile96Warps> force = std::nullopt) {
+    return sm80_pipeline_tile(t, kQwen35.top_k, kQwen35.num_experts, true, force);
   };
-  const ActivationMode a16 = ActivationMode::kW4A16, a4 = ActivationMode::kW4A4;
-  EXPECT_EQ(tile(1024, a16), (Sm80PipelineTile{96, Tile96Warps::kEight}));  // 20 mean rows
-  EXPECT_EQ(tile(3276, a16), (Sm80PipelineTile{96, Tile96Warps::kEight}));  // 63.98
-  EXPECT_EQ(tile(3277, a16), (Sm80PipelineTile{96, Tile96Warps::kFour}));   // 64.004
-  EXPECT_EQ(tile(2047, a4), (Sm80PipelineTile{96, Tile96Warps::kEight}));   // 39.98
-  EXPECT_EQ(tile(2048, a4), (Sm80PipelineTile{96, Tile96Warps::kFour}));    // 40
-  EXPECT_EQ(tile(1024, a16, Tile96Warps::kFour), (Sm80PipelineTile{96, Tile96Warps::kFour}));
-  EXPECT_EQ(tile(4096, a4, Tile96Warps::kEight), (Sm80PipelineTile{96, Tile96Warps::kEight}));
-  EXPECT_EQ(tile(8, a16), (Sm80PipelineTile{16}));  // the decode tile ignores a forced 96-row layout
-  EXPECT_EQ(tile(8, a16, Tile96Warps::kFour), (Sm80PipelineTile{16}));
-  EXPECT_EQ(sm80_pipeline_tile(4096, kQwen35.top_k, kQwen35.num_experts, a16, false), (Sm80PipelineTile{64}));
-  EXPECT_THROW(tile(4096, static_cast<ActivationMode>(7)), Error);
+  EXPECT_EQ(tile(819), (Sm80PipelineTile{16}));                       // 15.996 mean rows: the decode tile
+  EXPECT_EQ(tile(820), (Sm80PipelineTile{96, Tile96Warps::kFour}));   // 16.02
+  EXPECT_EQ(tile(16384), (Sm80PipelineTile{96, Tile96Warps::kFour}));
+  EXPECT_EQ(tile(1024, Tile96Warps::kEight), (Sm80PipelineTile{96, Tile96Warps::kEight}));
+  EXPECT_EQ(tile(4096, Tile96Warps::kFour), (Sm80PipelineTile{96, Tile96Warps::kFour}));
+  EXPECT_EQ(tile(8, Tile96Warps::kEight), (Sm80PipelineTile{16}));  // the decode tile ignores a forced layout
+  EXPECT_EQ(sm80_pipeline_tile(4096, kQwen35.top_k, kQwen35.num_experts, false, Tile96Warps::kFour),
+            (Sm80PipelineTile{64}));  // nor does the 64-row tile (no 96-row shared memory)
 
   const auto backend = make_cuda_sm80_pipeline_backend();
   MoeProblem w4a4 = kQwen35;
-  w4a4.activation_mode = a4;
+  w4a4.activation_mode = ActivationMode::kW4A4;
   unsetenv("FP4MOE_SM80_TILE96_WARPS");
   EXPECT_EQ(sm80_pipeline_forced_tile96_warps(), std::nullopt);
-  EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 820, 3277}));
-  EXPECT_EQ(backend->variant_token_counts(w4a4, 4096, h200_like()), (std::vector<int64_t>{1, 820, 2048}));
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 820}));
+  EXPECT_EQ(backend->variant_token_counts(w4a4, 4096, h200_like()), (std::vector<int64_t>{1, 820}));
+  setenv("FP4MOE_SM80_TILE96_WARPS", "8", 1);
+  EXPECT_EQ(sm80_pipeline_forced_tile96_warps(), Tile96Warps::kEight);
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 820}));
   setenv("FP4MOE_SM80_TILE96_WARPS", "4", 1);
   EXPECT_EQ(sm80_pipeline_forced_tile96_warps(), Tile96Warps::kFour);
-  EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 820}));
   setenv("FP4MOE_SM80_TILE96_WARPS", "6", 1);
   try {
     sm80_pipeline_forced_tile96_warps();

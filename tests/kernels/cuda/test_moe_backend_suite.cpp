@@ -222,7 +222,7 @@ TEST_P(MoeBackendSuite, TinySanitizerCase) {
       const std::vector<float> logits = test::random_logits(T, problem.num_experts, 4 + T);
       check_case(runner, problem, weights, hidden, logits, nullptr, T, 1,
                  std::string("tiny ") + std::string(to_string(mode)) + " T=" + std::to_string(T) + " (pipeline tile_m " +
-                     std::to_string(sm80_pipeline_tile(T, problem.top_k, problem.num_experts, mode, true).m) + ")");
+                     std::to_string(sm80_pipeline_tile(T, problem.top_k, problem.num_experts, true).m) + ")");
     }
   }
 }

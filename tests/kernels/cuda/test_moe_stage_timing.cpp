@@ -38,7 +38,7 @@ TEST(CudaMoeStageTiming, Qwen35Shape) {
     DeviceBuffer hidden = DeviceBuffer::from_host(test::to_bf16_bits(synthetic_activations(T, H, T)));
     DeviceBuffer logits = DeviceBuffer::from_host(test::random_logits(T, E, T));
     const Sm80PipelineTile tile =
-        sm80_pipeline_tile(T, K, 512, ActivationMode::kW4A16, device->shared_memory_per_block_optin >= 140000);
+        sm80_pipeline_tile(T, K, 512, device->shared_memory_per_block_optin >= 140000);
     const int tile_m = tile.m;
     auto [a1, a2] = test::sm80_w4a16_gemm_args(dw, b, T, K, E, H, I, tile_m, rows.get(), h.get(), o.get(), true);
     a1.tile96_warps = a2.tile96_warps = tile.tile96_warps;  // the backend's layout for T

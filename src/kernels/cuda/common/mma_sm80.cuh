@@ -20,6 +20,14 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes = 16) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
 }
+// The same with a shared-memory byte address computed once (no generic-to-shared conversion per copy),
+// issued only where `issue` holds (a predicate in the instruction, no branch around it).
+__device__ __forceinline__ void cp_async16_if(bool issue, uint32_t dst, const void* src, int src_bytes) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p cp.async.cg.shared.global [%1], [%2], 16, %3;\n}\n" ::"r"(
+          static_cast<int>(issue)),
+      "r"(dst), "l"(src), "r"(src_bytes));
+}
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
