@@ -42,6 +42,8 @@ class PreparedSm80Pipeline final : public PreparedMoe {
     force_tile96_warps_ = sm80_pipeline_forced_tile96_warps();
 
     weights_ = upload_repacked_expert_weights(weights, repack_nvfp4_for_mma);
+    add_positive_normal_scale_flags(weights_, weights);
+    force_table_scales_ = sm80_pipeline_forced_table_scales();
   }
 
   size_t workspace_bytes() const override { return workspace_.bytes(); }
@@ -67,6 +69,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
                           g.rows = run.tokens * K;
                           g.route_final_at_launch = gemm.route_final_at_launch;
                           g.tile96_warps = tile.tile96_warps;
+                          if (force_table_scales_) g.scales_all_normal = false;
                           launch_grouped_gemm_nvfp4w_bf16(g, gemm.epilogue, run.tile.rows, run.stream);
                         });
   }
@@ -76,6 +79,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
   int64_t max_tokens_;
   int device_;
   bool large_tile_ok_ = false;
+  bool force_table_scales_ = false;
   std::optional<Tile96Warps> force_tile96_warps_;  // FP4MOE_SM80_TILE96_WARPS, read at prepare
   DecodeResidency decode_residency_;  // split-K sizing (grouped_gemm_decode_residency)
   PipelineWorkspace workspace_;
@@ -140,6 +144,15 @@ std::optional<Tile96Warps> sm80_pipeline_forced_tile96_warps() {
   if (value == "4") return Tile96Warps::kFour;
   if (value == "8") return Tile96Warps::kEight;
   fail("FP4MOE_SM80_TILE96_WARPS must be 4 or 8 (warps of the 96-row tile), got '", value, "'");
+}
+
+bool sm80_pipeline_forced_table_scales() {
+  const char* env = std::getenv("FP4MOE_SM80_TABLE_SCALES");
+  if (env == nullptr || *env == '\0') return false;
+  const std::string value(env);
+  if (value == "0") return false;
+  if (value == "1") return true;
+  fail("FP4MOE_SM80_TABLE_SCALES must be 0 or 1 (1: the decode tiles always use the scale table), got '", value, "'");
 }
 
 std::unique_ptr<MoeBackend> make_cuda_sm80_pipeline_backend() { return std::make_unique<CudaSm80PipelineBackend>(); }

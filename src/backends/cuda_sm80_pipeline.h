@@ -29,5 +29,9 @@ Sm80PipelineTile sm80_pipeline_tile(int64_t tokens, int64_t top_k, int64_t num_e
 // FP4MOE_SM80_TILE96_WARPS=4|8 forces the 96-row tile's layout (a measurement knob; unset: four warps).
 // Any other value is an error.
 std::optional<Tile96Warps> sm80_pipeline_forced_tile96_warps();
+// FP4MOE_SM80_TABLE_SCALES=1 makes the decode tiles take the scale table even where every expert's block
+// scales are positive normal (a measurement knob; unset or 0: the table-free path where it applies). Any
+// other value is an error.
+bool sm80_pipeline_forced_table_scales();
 
 }  // namespace fp4moe

@@ -53,6 +53,15 @@ DeviceExpertWeights upload_repacked_expert_weights(const MoeWeights& weights, Nv
   return d;
 }
 
+void add_positive_normal_scale_flags(DeviceExpertWeights& device, const MoeWeights& weights) {
+  const int64_t E = weights.num_experts, H = weights.hidden, I = weights.inter;
+  const auto all = [](const std::vector<uint8_t>& flags) {
+    return std::all_of(flags.begin(), flags.end(), [](uint8_t f) { return f != 0; });
+  };
+  device.w13_scales_all_normal = all(experts_with_positive_normal_scales(weights.w13_scales, E, 2 * I * H / 16));
+  device.w2_scales_all_normal = all(experts_with_positive_normal_scales(weights.w2_scales, E, H * I / 16));
+}
+
 PipelineWorkspace::PipelineWorkspace(const MoeProblem& problem, int64_t max_tokens, int smallest_tile_m)
     : max_tokens_(max_tokens),
       top_k_(static_cast<int>(problem.top_k)),
@@ -105,6 +114,7 @@ void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem,
   }
   g1.w_packed = weights.w13.as<uint8_t>();
   g1.w_scales = weights.w13_scales.as<uint8_t>();
+  g1.scales_all_normal = weights.w13_scales_all_normal;
   g1.n = 2 * I;
   g1.k = H;
   g1.scale_first = weights.gate_scale2.as<float>();
@@ -119,6 +129,7 @@ void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem,
   g2.a = ws.h;
   g2.w_packed = weights.w2.as<uint8_t>();
   g2.w_scales = weights.w2_scales.as<uint8_t>();
+  g2.scales_all_normal = weights.w2_scales_all_normal;
   g2.n = H;
   g2.k = I;
   g2.scale_first = weights.down_scale2.as<float>();

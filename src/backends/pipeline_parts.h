@@ -36,8 +36,13 @@ DeviceTensorScales upload_tensor_scales(const MoeWeights& weights);
 // the host in parallel over experts, then uploaded to the current device with the tensor scales.
 struct DeviceExpertWeights : DeviceTensorScales {
   DeviceBuffer w13, w13_scales, w2, w2_scales;  // [E][...] in the backend's layout
+  // Every expert's W13 / W2 block scales are positive normal E4M3 codes (the sm80 decode tiles then
+  // skip their scale table; e4m3_scale_bits.h). False unless the backend set them
+  // (add_positive_normal_scale_flags).
+  bool w13_scales_all_normal = false, w2_scales_all_normal = false;
 };
 DeviceExpertWeights upload_repacked_expert_weights(const MoeWeights& weights, Nvfp4RepackFn repack);
+void add_positive_normal_scale_flags(DeviceExpertWeights& device, const MoeWeights& weights);
 
 // Workspace: route buffers (for M tiles of at least tile_m rows) | expert outputs fp32 [T*K, H], whose
 // first half doubles as the gathered BF16 rows (dead once GEMM1 has run) | h BF16 [T*K, I]. Each piece

@@ -18,6 +18,10 @@
 // bf16 subnormal, which the bf16 multiply keeps); a 1 KB shared table maps each E4M3 code to
 // bf16x2(scale * 2^117) built from integers (subnormal scales included: no exponent-shift trick).
 // One __hmul2 gives e2m1 * scale * 2^-9 exactly; the epilogue multiplies 2^9 * tensor scale in fp32.
+// Where every expert's scales of the matrix are positive normal codes (GroupedGemmOperands::
+// scales_all_normal, checked at prepare), a decode-tile launch takes the ALL_NORMAL instance, which builds
+// the same bf16x2 with a byte permute and a multiply-add (e4m3_scale_bits.h): 413 instead of 442
+// instructions per narrow chunk, 1.5-8 % faster from 16 to 256 tokens (docs/perf/2026-12-01-h200-r14.md).
 // Epilogues: SwiGLU (gate/up tiles interleaved by 8 rows) to BF16, or to NVFP4-dequantized BF16 for
 // W4A4 (block amax over a lane quad), or scaled fp32 for GEMM2. No atomics: deterministic.
 // Short tiles: the warp rows own interleaved m16 fragments and skip those past the expert's rows
@@ -34,6 +38,7 @@
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/programmatic_launch.cuh"
 #include "kernels/cuda/common/static_count.cuh"
+#include "kernels/cuda/e4m3_scale_bits.h"
 #include "kernels/cuda/nvfp4_decode_layout.h"
 #include "kernels/cuda/nvfp4_device.cuh"
 
@@ -161,7 +166,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
 // WARP_SPLIT (decode tile only): the CTA's warps split K, one ring each. A separate instance, so that the
 // one-warp CTAs keep their code: with the split decided at run time inside one instance they were 7 %
 // slower on the H200.
-template <int CFG, GemmEpilogue EPI, bool WARP_SPLIT>
+template <int CFG, GemmEpilogue EPI, bool WARP_SPLIT, bool ALL_NORMAL = false>
 __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_blocks(kConfigs[CFG], WARP_SPLIT))
     grouped_gemm_kernel(Params p) {
   constexpr TileConfig c = kConfigs[CFG];
@@ -214,6 +219,10 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
     row0 = p.tile_row_begin[tile];
   }
   const int rows_end = c.a_in_registers ? route_load(p.expert_offsets + expert + 1) : p.expert_offsets[expert + 1];
+  // ALL_NORMAL (decode tiles): every expert's block scales are positive normal E4M3 codes (flags computed
+  // at prepare), so the K loop builds each scale multiplier with a byte permute and a multiply-add
+  // instead of reading the table (e4m3_scale_bits.h).
+  static_assert(!ALL_NORMAL || c.a_in_registers, "the table-free scales are a decode-tile instance");
   const int rows = min(BM, rows_end - row0);
   const int nb0 = blockIdx.x * (BN / 8);
   const int chunks = p.k / kChunkK;
@@ -321,11 +330,27 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
   // 2t + 1): element j of tile 2q + j / 2, token 2t + j % 2. Every output is the same 16-product sum
   // over each k step as in the wide form.
   const bool narrow = c.a_in_registers && EPI != GemmEpilogue::kSwigluNvfp4 && rows <= 8;
+  // The narrow form's token fragments (row g, k pairs 2t and 2t + 8) of k step s of chunk kc; zeros where
+  // `live` is false (no row g, or no such chunk).
+  auto load_tokens = [&](int kc, int s, bool live, uint32_t& tok0, uint32_t& tok1) {
+    const int k = kc * kChunkK + 16 * s;
+    tok0 = live ? ldg_u32(a_row0 + k) : 0u;
+    tok1 = live ? ldg_u32(a_row0 + k + 8) : 0u;
+  };
+  // The table-free narrow form loads the token fragments of its next chunk's first k steps one chunk ahead.
+  constexpr int kTokensAhead = 2;
+  uint32_t tok_ahead[2 * kTokensAhead];
+  if constexpr (ALL_NORMAL) {
+#pragma unroll
+    for (int s = 0; s < kTokensAhead; ++s)
+      load_tokens(kc_begin, s, narrow && a_row0_ok && my_chunks > 0, tok_ahead[2 * s], tok_ahead[2 * s + 1]);
+  }
   // Chunk i (K block kc) for AM live fragments (a compile-time count, so the skipped fragments cost
   // nothing); AM = -1: the narrow form.
-  auto chunk_mma = [&](auto am_tag, int i, int kc) {
+  auto chunk_mma = [&](auto am_tag, auto normal_scales_tag, int i, int kc) {
     constexpr int AM = decltype(am_tag)::value;
     constexpr bool NARROW = AM < 0;
+    constexpr bool NORMAL_SCALES = decltype(normal_scales_tag)::value;
     if constexpr (AM != 0) {
       const uint8_t* sa = ring + (i % S) * STAGE;
       const uint8_t* sb = sa + A_BYTES;
@@ -343,18 +368,44 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
       auto decode_step = [&](int nt, int s, uint32_t& b0, uint32_t& b1) {
         const uint32_t word = (s / 2 == 0) ? wq[nt].x : (s / 2 == 1) ? wq[nt].y : (s / 2 == 2) ? wq[nt].z : wq[nt].w;
         const uint32_t codes = (s < 4) ? sc[nt].x : sc[nt].y;
-        const uint32_t scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
+        uint32_t scale;
+        if constexpr (NORMAL_SCALES) {  // code s % 4 into both halves' low bytes, then (code << 4) + bias
+          scale = __byte_perm(codes, 0u, 0x4040u + 0x0101u * (s % 4)) * 16u + kNormalScaleBf16Bias * 0x10001u;
+        } else {
+          scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
+        }
         uint32_t v[4];
         decode_word(word, v);
         b0 = bf16x2_mul((s & 1) ? v[2] : v[0], scale);
         b1 = bf16x2_mul((s & 1) ? v[3] : v[1], scale);
       };
+      // Narrow form with the table-free scales: the chunk's token fragments, loaded before its first mma.
+      // The loads are volatile asm, issued in program order among the mma.sync: loaded per k step, each
+      // waits for its L2 latency behind one step's decode, which the table-free step makes shorter (8
+      // tokens of Qwen3.5-397B took 5 % longer so). Steps 0 .. kTokensAhead - 1 come from the previous
+      // chunk (tok_ahead), the others are all loaded here. (With the scale table the per-step loads were
+      // 2-3 % faster at 1-64 tokens on the H200: docs/perf/2026-12-01-h200-r14.md.)
+      constexpr bool TOKENS_FIRST = NARROW && NORMAL_SCALES;
+      uint32_t tok[TOKENS_FIRST ? 16 : 1];
+      if constexpr (TOKENS_FIRST) {
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          if (s < kTokensAhead) {
+            tok[2 * s] = tok_ahead[2 * s], tok[2 * s + 1] = tok_ahead[2 * s + 1];
+          } else {
+            load_tokens(kc, s, a_row0_ok, tok[2 * s], tok[2 * s + 1]);
+          }
+        }
+#pragma unroll
+        for (int s = 0; s < kTokensAhead; ++s)
+          load_tokens(kc + 1, s, a_row0_ok && i + 1 < my_chunks, tok_ahead[2 * s], tok_ahead[2 * s + 1]);
+      }
 #pragma unroll
       for (int s = 0; s < 8; ++s) {
         if constexpr (NARROW) {
-          const int k = kc * kChunkK + 16 * s;
-          const uint32_t tok0 = a_row0_ok ? ldg_u32(a_row0 + k) : 0u;
-          const uint32_t tok1 = a_row0_ok ? ldg_u32(a_row0 + k + 8) : 0u;
+          uint32_t tok0, tok1;
+          if constexpr (TOKENS_FIRST) tok0 = tok[2 * s], tok1 = tok[2 * s + 1];
+          else load_tokens(kc, s, a_row0_ok, tok0, tok1);
 #pragma unroll
           for (int q = 0; q < NT / 2; ++q) {
             uint32_t w[4];  // A fragment: rows g (tile 2q) and g + 8 (tile 2q + 1), k pairs 2t and 2t + 8
@@ -405,21 +456,28 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
     }
   };
   if constexpr (WARP_SPLIT) __syncthreads();  // the LUT, built by all the CTA's threads
+  using TableScales = std::false_type;
+  using NormalScales = std::true_type;
   if (narrow) {
     if constexpr (c.a_in_registers && EPI != GemmEpilogue::kSwigluNvfp4) {
-      k_loop([&](int i, int kc) { chunk_mma(std::integral_constant<int, -1>{}, i, kc); });
+      const std::integral_constant<int, -1> narrow_tag;
+      if constexpr (ALL_NORMAL) k_loop([&](int i, int kc) { chunk_mma(narrow_tag, NormalScales{}, i, kc); });
+      else k_loop([&](int i, int kc) { chunk_mma(narrow_tag, TableScales{}, i, kc); });
     }
   } else if constexpr (WM == 1) {
-    // One warp row: one branch per CTA picks the loop instance for the live fragments.
-    with_static_count<MT, 1, 0>(active_mt,
-                                [&](auto am_tag) { k_loop([&](int i, int kc) { chunk_mma(am_tag, i, kc); }); });
+    // One warp row: one branch per CTA picks the loop instance for the live fragments (and, for the
+    // decode tile, the scale path).
+    with_static_count<MT, 1, 0>(active_mt, [&](auto am_tag) {
+      if constexpr (ALL_NORMAL) k_loop([&](int i, int kc) { chunk_mma(am_tag, NormalScales{}, i, kc); });
+      else k_loop([&](int i, int kc) { chunk_mma(am_tag, TableScales{}, i, kc); });
+    });
   } else {
     // Warp rows may differ in live fragments. Every warp runs the one loop, so all reach the same
     // __syncthreads() (the .aligned barrier: per-row loop instances, each with its own barrier, made the
     // warps reach different ones, undefined in PTX; compute-sanitizer synccheck flagged it), and picks
     // its count per chunk.
     k_loop([&](int i, int kc) {
-      with_static_count<MT, 1, 0>(active_mt, [&](auto am_tag) { chunk_mma(am_tag, i, kc); });
+      with_static_count<MT, 1, 0>(active_mt, [&](auto am_tag) { chunk_mma(am_tag, TableScales{}, i, kc); });
     });
   }
   cp_async_wait<0>();
@@ -523,7 +581,7 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
 }
 
 template <int CFG, GemmEpilogue EPI>
-void launch_config(const Params& p, int64_t max_tiles, int splits, cudaStream_t stream) {
+void launch_config(const Params& p, int64_t max_tiles, int splits, bool all_normal, cudaStream_t stream) {
   constexpr TileConfig c = kConfigs[CFG];
   if constexpr (!supports_epilogue(c, EPI)) {
     fail("grouped GEMM: tile configuration ", CFG, " cannot run this epilogue");
@@ -533,7 +591,13 @@ void launch_config(const Params& p, int64_t max_tiles, int splits, cudaStream_t 
     const dim3 grid(static_cast<unsigned>(p.n / c.bn), static_cast<unsigned>(max_tiles));
     if constexpr (c.a_in_registers) {
       if (splits > 1) {
-        launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, true>, grid, 32 * splits, smem_bytes(c, splits), stream, p);
+        if (all_normal) launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, true, true>, grid, 32 * splits, smem_bytes(c, splits), stream, p);
+        else launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, true>, grid, 32 * splits, smem_bytes(c, splits), stream, p);
+        return;
+      }
+      if (all_normal) {
+        launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, false, true>, grid, c.warps_m * c.warps_n * 32,
+                                  smem_bytes(c), stream, p);
         return;
       }
     }
@@ -543,14 +607,14 @@ void launch_config(const Params& p, int64_t max_tiles, int splits, cudaStream_t 
 }
 
 template <GemmEpilogue EPI>
-void launch_epilogue(const Params& p, int cfg, int64_t max_tiles, int splits, cudaStream_t stream) {
+void launch_epilogue(const Params& p, int cfg, int64_t max_tiles, int splits, bool all_normal, cudaStream_t stream) {
   switch (cfg) {
-    case 0: return launch_config<0, EPI>(p, max_tiles, splits, stream);
-    case 1: return launch_config<1, EPI>(p, max_tiles, splits, stream);
-    case 2: return launch_config<2, EPI>(p, max_tiles, splits, stream);
-    case 3: return launch_config<3, EPI>(p, max_tiles, splits, stream);
-    case 4: return launch_config<4, EPI>(p, max_tiles, splits, stream);
-    case 5: return launch_config<5, EPI>(p, max_tiles, splits, stream);
+    case 0: return launch_config<0, EPI>(p, max_tiles, splits, all_normal, stream);
+    case 1: return launch_config<1, EPI>(p, max_tiles, splits, false, stream);
+    case 2: return launch_config<2, EPI>(p, max_tiles, splits, false, stream);
+    case 3: return launch_config<3, EPI>(p, max_tiles, splits, false, stream);
+    case 4: return launch_config<4, EPI>(p, max_tiles, splits, false, stream);
+    case 5: return launch_config<5, EPI>(p, max_tiles, splits, false, stream);
   }
   static_assert(kNumConfigs == 6, "launch_epilogue lists every configuration");
   fail("grouped GEMM: unknown tile configuration ", cfg);
@@ -563,22 +627,26 @@ int config_index(int tile_m, GemmEpilogue epilogue) {
   fail("grouped GEMM: no tile configuration for tile_m = ", tile_m, " (have 16, 64, 96, 128)");
 }
 
-template <int CFG, bool WARP_SPLIT>
+template <int CFG, bool WARP_SPLIT, bool ALL_NORMAL = false>
 void configure_instances() {
   const int bytes = static_cast<int>(smem_bytes(kConfigs[CFG], WARP_SPLIT ? kMaxKSplits : 1));
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwiglu, WARP_SPLIT>,
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwiglu, WARP_SPLIT, ALL_NORMAL>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   if constexpr (supports_epilogue(kConfigs[CFG], GemmEpilogue::kSwigluNvfp4)) {
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwigluNvfp4, WARP_SPLIT>,
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwigluNvfp4, WARP_SPLIT, ALL_NORMAL>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   }
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kScaleFp32, WARP_SPLIT>,
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kScaleFp32, WARP_SPLIT, ALL_NORMAL>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 template <int CFG>
 void configure_config() {
   configure_instances<CFG, false>();
-  if constexpr (kConfigs[CFG].a_in_registers) configure_instances<CFG, true>();
+  if constexpr (kConfigs[CFG].a_in_registers) {
+    configure_instances<CFG, true>();
+    configure_instances<CFG, false, true>();
+    configure_instances<CFG, true, true>();
+  }
 }
 
 }  // namespace
@@ -683,11 +751,12 @@ void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue e
                                                                args.decode_residency);
   p.early_ctas = early_start_ctas(args, tile_m, splits);
   switch (epilogue) {
-    case GemmEpilogue::kSwiglu: return launch_epilogue<GemmEpilogue::kSwiglu>(p, cfg, args.max_tiles, splits, stream);
+    case GemmEpilogue::kSwiglu:
+      return launch_epilogue<GemmEpilogue::kSwiglu>(p, cfg, args.max_tiles, splits, args.scales_all_normal, stream);
     case GemmEpilogue::kSwigluNvfp4:
-      return launch_epilogue<GemmEpilogue::kSwigluNvfp4>(p, cfg, args.max_tiles, splits, stream);
+      return launch_epilogue<GemmEpilogue::kSwigluNvfp4>(p, cfg, args.max_tiles, splits, args.scales_all_normal, stream);
     case GemmEpilogue::kScaleFp32:
-      return launch_epilogue<GemmEpilogue::kScaleFp32>(p, cfg, args.max_tiles, splits, stream);
+      return launch_epilogue<GemmEpilogue::kScaleFp32>(p, cfg, args.max_tiles, splits, args.scales_all_normal, stream);
   }
   fail("grouped GEMM: unknown epilogue");
 }

@@ -18,6 +18,8 @@ struct GroupedGemmOperands {
   int top_k = 0;                        // with a_slots
   const uint8_t* w_packed = nullptr;    // the kernel's repacked weights [E][...]
   const uint8_t* w_scales = nullptr;    // their E4M3 block scales
+  bool scales_all_normal = false;       // every expert's block scales are positive normal E4M3 codes
+                                        // (sm80 decode tiles: no scale table; e4m3_scale_bits.h)
   int64_t n = 0;                        // N: weight rows (GEMM1 2I, GEMM2 H)
   int64_t k = 0;                        // K (GEMM1 H, GEMM2 I)
   const float* scale_first = nullptr;   // [E] gate_scale2 (GEMM1) or down_scale2 (GEMM2)

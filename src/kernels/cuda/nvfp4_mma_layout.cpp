@@ -1,9 +1,11 @@
 // Host repacking into the sm80 grouped-GEMM weight layout; the layout is described in nvfp4_mma_layout.h.
 #include "kernels/cuda/nvfp4_mma_layout.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.h"
+#include "common/parallel.h"
 #include "kernels/cuda/nvfp4_decode_layout.h"
 
 namespace fp4moe {
@@ -46,6 +48,21 @@ std::vector<int64_t> gate_up_interleaved_rows(int64_t inter) {
     rows[r] = i < 8 ? 8 * j + i : inter + 8 * j + (i - 8);
   }
   return rows;
+}
+
+std::vector<uint8_t> experts_with_positive_normal_scales(std::span<const uint8_t> scales, int64_t num_experts,
+                                                         int64_t per_expert) {
+  FP4MOE_CHECK(num_experts >= 0 && per_expert >= 0 &&
+                   scales.size() == static_cast<size_t>(num_experts) * static_cast<size_t>(per_expert),
+               "scale flags: ", scales.size(), " scale codes are not ", num_experts, " experts x ", per_expert);
+  std::vector<uint8_t> flags(static_cast<size_t>(num_experts));
+  parallel_for(num_experts, [&](int64_t begin, int64_t end) {  // 400 MB of codes per Qwen3.5-397B layer
+    for (int64_t e = begin; e < end; ++e) {
+      const uint8_t* codes = scales.data() + e * per_expert;
+      flags[e] = std::all_of(codes, codes + per_expert, e4m3_is_positive_normal) ? 1 : 0;
+    }
+  });
+  return flags;
 }
 
 }  // namespace fp4moe

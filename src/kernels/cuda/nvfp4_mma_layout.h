@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "format/moe_weights.h"
+#include "kernels/cuda/e4m3_scale_bits.h"
 
 namespace fp4moe {
 
@@ -35,5 +36,10 @@ void repack_nvfp4_for_mma(const Nvfp4View& m, std::span<const int64_t> source_ro
 
 // Row order of GEMM1: w13 = [gate; up] with I rows each -> [g 0..7, u 0..7, g 8..15, u 8..15, ...].
 std::vector<int64_t> gate_up_interleaved_rows(int64_t inter);
+
+// One flag per expert: 1 when every block scale of its matrix (`per_expert` codes each) is a positive
+// normal E4M3 code (e4m3_scale_bits.h), so the decode tiles may skip the scale table for that expert.
+std::vector<uint8_t> experts_with_positive_normal_scales(std::span<const uint8_t> scales, int64_t num_experts,
+                                                         int64_t per_expert);
 
 }  // namespace fp4moe

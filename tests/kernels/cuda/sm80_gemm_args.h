@@ -22,6 +22,7 @@ inline Sm80GemmPair sm80_w4a16_gemm_args(const DeviceExpertWeights& w, const Moe
                                          int tile_m, void* rows, void* h, void* o, bool split_k) {
   GroupedGemmArgs a1;
   a1.a = rows, a1.w_packed = w.w13.as<uint8_t>(), a1.w_scales = w.w13_scales.as<uint8_t>(), a1.n = 2 * inter;
+  a1.scales_all_normal = w.w13_scales_all_normal;  // false unless the weights carry the flags
   a1.k = hidden, a1.scale_first = w.gate_scale2.as<float>(), a1.scale_second = w.up_scale2.as<float>();
   a1.out_scale = w.w2_input_scale.as<float>(), a1.route = route, a1.num_experts = static_cast<int>(num_experts);
   a1.max_tiles = moe_max_tiles(tokens, static_cast<int>(top_k), static_cast<int>(num_experts), tile_m);
@@ -31,6 +32,7 @@ inline Sm80GemmPair sm80_w4a16_gemm_args(const DeviceExpertWeights& w, const Moe
   a1.decode_residency = grouped_gemm_decode_residency(device);
   GroupedGemmArgs a2 = a1;
   a2.a = h, a2.w_packed = w.w2.as<uint8_t>(), a2.w_scales = w.w2_scales.as<uint8_t>(), a2.n = hidden, a2.k = inter;
+  a2.scales_all_normal = w.w2_scales_all_normal;
   a2.scale_first = w.down_scale2.as<float>(), a2.scale_second = nullptr, a2.out = o;
   return {a1, a2};
 }

@@ -104,6 +104,25 @@ TEST(BackendVariants, PipelineTile96TakesFourWarpsUnlessTheKnobForcesEight) {
   unsetenv("FP4MOE_SM80_TILE96_WARPS");
 }
 
+// FP4MOE_SM80_TABLE_SCALES (measurements): unset or 0 lets the decode tiles skip the scale table where all
+// scales are positive normal, 1 forces the table, anything else is an error naming the knob.
+TEST(BackendVariants, TableScalesKnobIsZeroOrOne) {
+  unsetenv("FP4MOE_SM80_TABLE_SCALES");
+  EXPECT_FALSE(sm80_pipeline_forced_table_scales());
+  setenv("FP4MOE_SM80_TABLE_SCALES", "1", 1);
+  EXPECT_TRUE(sm80_pipeline_forced_table_scales());
+  setenv("FP4MOE_SM80_TABLE_SCALES", "0", 1);
+  EXPECT_FALSE(sm80_pipeline_forced_table_scales());
+  setenv("FP4MOE_SM80_TABLE_SCALES", "yes", 1);
+  try {
+    sm80_pipeline_forced_table_scales();
+    ADD_FAILURE() << "FP4MOE_SM80_TABLE_SCALES=yes was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("FP4MOE_SM80_TABLE_SCALES must be 0 or 1"), std::string::npos) << e.what();
+  }
+  unsetenv("FP4MOE_SM80_TABLE_SCALES");
+}
+
 TEST(BackendVariants, FusedDecodeDeclaresTheSecondLaunchChunk) {
   const auto backend = make_cuda_sm80_fused_decode_backend();
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1}));

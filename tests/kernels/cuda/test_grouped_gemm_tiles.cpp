@@ -30,7 +30,8 @@ namespace {
 struct SmallLayer {
   static constexpr int64_t H = 512, I = 256, E = 16, K = 4;
   SmallLayer(int64_t max_t, uint64_t weight_seed)
-      : weights(upload_repacked_expert_weights(synthetic_moe_weights(E, H, I, weight_seed), repack_nvfp4_for_mma)),
+      : host(synthetic_moe_weights(E, H, I, weight_seed)),
+        weights(upload_repacked_expert_weights(host, repack_nvfp4_for_mma)),
         route_ws(moe_route_workspace_bytes(max_t, K, E, 16)),
         route(carve_moe_route_workspace(route_ws.get(), max_t, K, E, 16)),
         rows(max_t * K * H * 2),
@@ -47,7 +48,8 @@ struct SmallLayer {
     launch_moe_align(route, T, K, E, MTile{tile_m, 0}, nullptr);
     launch_moe_gather(hidden.get(), route, T, K, E, H, nullptr, rows.get(), nullptr);
   }
-  DeviceExpertWeights weights;
+  MoeWeights host;
+  DeviceExpertWeights weights;  // without the normal-scale flags: the scale table everywhere
   DeviceBuffer route_ws;
   MoeRouteBuffers route;
   DeviceBuffer rows, h, o;
@@ -118,6 +120,58 @@ TEST(CudaGroupedGemmTiles, EveryTileConfigurationGivesTheSameBits) {
   auto [a1, a2] = test::sm80_w4a16_gemm_args(dw, b, 200, K, E, H, I, 64, rows.get(), h.get(), o.get(), false);
   a1.tile96_warps = Tile96Warps::kFour;
   EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(a1, GemmEpilogue::kSwiglu, 64, nullptr), Error);
+}
+
+// The decode tile's table-free scale instance (GroupedGemmArgs::scales_all_normal: when every block
+// scale is a positive normal E4M3 code the bf16 multiplier is built with integer operations) gives the
+// bits of the scale table, in the narrow form (<= 8 rows per expert, T = 3), the wide one (T = 200) and
+// split over the warps, for the SwiGLU, W4A4 and fp32 epilogues. The flags themselves are checked
+// against the codes on the CPU (test_nvfp4_mma_layout.cpp).
+TEST(CudaGroupedGemmTiles, NormalScaleFlagsGiveTheBitsOfTheScaleTable) {
+  FP4MOE_REQUIRE_SM80(device);
+  SmallLayer layer(200, 25);
+  const int64_t H = SmallLayer::H, I = SmallLayer::I, E = SmallLayer::E, K = SmallLayer::K;
+  DeviceExpertWeights& dw = layer.weights;
+  const std::vector<uint8_t> w13_flags = experts_with_positive_normal_scales(layer.host.w13_scales, E, 2 * I * H / 16);
+  const std::vector<uint8_t> w2_flags = experts_with_positive_normal_scales(layer.host.w2_scales, E, H * I / 16);
+  for (int64_t e = 0; e < E; ++e) {
+    ASSERT_EQ(w13_flags[e], 1) << "expert " << e << ": the synthetic scales should all be normal (else untested)";
+    ASSERT_EQ(w2_flags[e], 1) << "expert " << e << ": the synthetic scales should all be normal (else untested)";
+  }
+  DeviceBuffer &h = layer.h, &o = layer.o;
+  for (int64_t T : {3, 200}) {
+    DeviceBuffer hidden = DeviceBuffer::from_host(test::to_bf16_bits(synthetic_activations(T, H, 80 + T)));
+    layer.route_and_gather(hidden, T, 90 + T, 16);
+    for (bool split_k : {false, true}) {
+      const std::string label = "T=" + std::to_string(T) + (split_k ? " split-K" : "");
+      auto [a1, a2] = test::sm80_w4a16_gemm_args(dw, layer.route, T, K, E, H, I, 16, layer.rows.get(), h.get(),
+                                                  o.get(), split_k);
+      std::vector<uint16_t> h_out[2], h4_out[2];
+      std::vector<float> o_out[2];
+      for (int with_flags = 0; with_flags < 2; ++with_flags) {
+        a1.scales_all_normal = a2.scales_all_normal = with_flags != 0;
+        h_out[with_flags].resize(T * K * I), h4_out[with_flags].resize(T * K * I), o_out[with_flags].resize(T * K * H);
+        FP4MOE_CUDA_CHECK(cudaMemset(h.get(), 0xFF, T * K * I * 2));
+        launch_grouped_gemm_nvfp4w_bf16(a1, GemmEpilogue::kSwigluNvfp4, 16, nullptr);
+        FP4MOE_CUDA_CHECK(cudaMemcpy(h4_out[with_flags].data(), h.get(), T * K * I * 2, cudaMemcpyDeviceToHost));
+        FP4MOE_CUDA_CHECK(cudaMemset(h.get(), 0xFF, T * K * I * 2));
+        FP4MOE_CUDA_CHECK(cudaMemset(o.get(), 0xFF, T * K * H * 4));
+        launch_grouped_gemm_nvfp4w_bf16(a1, GemmEpilogue::kSwiglu, 16, nullptr);
+        launch_grouped_gemm_nvfp4w_bf16(a2, GemmEpilogue::kScaleFp32, 16, nullptr);
+        FP4MOE_CUDA_CHECK(cudaMemcpy(h_out[with_flags].data(), h.get(), T * K * I * 2, cudaMemcpyDeviceToHost));
+        FP4MOE_CUDA_CHECK(cudaMemcpy(o_out[with_flags].data(), o.get(), T * K * H * 4, cudaMemcpyDeviceToHost));
+      }
+      test::expect_all_written_and_finite(h_out[1], "h with flags " + label);
+      test::expect_all_written_and_finite(h4_out[1], "h (W4A4) with flags " + label);
+      int64_t o_bad = 0;
+      for (float x : o_out[1]) o_bad += !std::isfinite(x);  // the 0xFF poison is a NaN
+      EXPECT_EQ(o_bad, 0) << "o with flags " << label << ": unwritten or non-finite elements";
+      EXPECT_TRUE(h_out[1] == h_out[0]) << "h " << label << ": the table-free scales differ from the table";
+      EXPECT_TRUE(h4_out[1] == h4_out[0]) << "h (W4A4) " << label << ": the table-free scales differ from the table";
+      EXPECT_EQ(std::memcmp(o_out[1].data(), o_out[0].data(), o_out[0].size() * 4), 0)
+          << "o " << label << ": the table-free scales differ from the table";
+    }
+  }
 }
 
 // GEMM2's early start (GroupedGemmArgs::route_final_at_launch: the decode tile's first wave reads its

@@ -1,11 +1,15 @@
 // The sm80 GEMM weight layout (kernels/cuda/nvfp4_mma_layout.h), host side: decoding the repacked
 // words with the kernel's decode_word at the documented lane/word/output gives back every original
 // code (as the bf16 pattern of e2m1 * 2^-126) and scale, and
-// the gate/up interleave puts matching rows side by side.
+// the gate/up interleave puts matching rows side by side. The table-free scale multiplier
+// (e4m3_scale_bits.h) equals the scale table's entry for exactly the codes it is used for, and the
+// per-expert flags select those experts.
 #include <gtest/gtest.h>
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "format/bf16.h"
+#include "format/fp_codes.h"
 #include "kernels/cuda/nvfp4_decode_layout.h"
 #include "kernels/cuda/nvfp4_mma_layout.h"
 
@@ -60,6 +64,44 @@ TEST(Nvfp4MmaLayout, GateUpInterleaveAndBadShapes) {
   std::vector<uint8_t> packed(8 * 64 / 2), scales(8 * 64 / 16), out(packed.size()), out_s(scales.size());
   const Nvfp4View bad_k{packed.data(), scales.data(), 1.0f, 8, 64};  // K not a multiple of 128
   EXPECT_THROW(repack_nvfp4_for_mma(bad_k, {}, out.data(), out_s.data()), Error);
+}
+
+// The kernels' scale table holds bf16(e4m3 * 2^117) (sm80::scale_lut_entry); (code << 4) + bias must
+// give the same bits for every positive normal code, and the classification must not admit a code
+// where it does not (zero, subnormals, NaN, negative codes).
+TEST(Nvfp4MmaLayout, TableFreeScaleBitsEqualTheTableForPositiveNormalCodes) {
+  int admitted = 0;
+  for (int code = 0; code < 256; ++code) {
+    const uint16_t table = float_to_bf16(e4m3_decode(static_cast<uint8_t>(code)) * 0x1p117f);
+    const uint32_t formula = (static_cast<uint32_t>(code) << 4) + kNormalScaleBf16Bias;
+    const bool admitted_code = e4m3_is_positive_normal(static_cast<uint8_t>(code));
+    admitted += admitted_code;
+    if (admitted_code) {
+      EXPECT_EQ(formula, table) << "code 0x" << std::hex << code;
+    } else {
+      EXPECT_NE(formula, table) << "code 0x" << std::hex << code << " is left to the table but would also work";
+    }
+  }
+  EXPECT_EQ(admitted, 0x7E - 0x08 + 1);
+  EXPECT_FALSE(e4m3_is_positive_normal(0x00));  // zero
+  EXPECT_FALSE(e4m3_is_positive_normal(0x07));  // largest subnormal
+  EXPECT_TRUE(e4m3_is_positive_normal(0x08));   // 2^-6
+  EXPECT_TRUE(e4m3_is_positive_normal(0x7E));   // 448
+  EXPECT_FALSE(e4m3_is_positive_normal(0x7F));  // NaN
+  EXPECT_FALSE(e4m3_is_positive_normal(0x88));  // -2^-6
+}
+
+TEST(Nvfp4MmaLayout, PositiveNormalScaleFlagsPerExpert) {
+  const int64_t E = 4, per = 40;
+  std::vector<uint8_t> scales(E * per, 0x38);  // 1.0
+  scales[1 * per + 39] = 0x07;                 // expert 1: one subnormal scale (its last)
+  scales[2 * per + 0] = 0x00;                  // expert 2: a zero scale (its first)
+  scales[3 * per + 17] = 0x7E;                 // expert 3: the largest normal code, still normal
+  EXPECT_EQ(experts_with_positive_normal_scales(scales, E, per), (std::vector<uint8_t>{1, 0, 0, 1}));
+  scales[3 * per + 17] = 0xB8;  // -1.0
+  EXPECT_EQ(experts_with_positive_normal_scales(scales, E, per), (std::vector<uint8_t>{1, 0, 0, 0}));
+  EXPECT_THROW(experts_with_positive_normal_scales(scales, E, per + 1), Error);
+  EXPECT_TRUE(experts_with_positive_normal_scales({}, 0, per).empty());
 }
 
 }  // namespace
