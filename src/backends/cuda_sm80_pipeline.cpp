@@ -40,10 +40,10 @@ class PreparedSm80Pipeline final : public PreparedMoe {
     configure_grouped_gemm_kernels();
     decode_residency_ = grouped_gemm_decode_residency(device_);
     force_tile96_warps_ = sm80_pipeline_forced_tile96_warps();
+    force_table_scales_ = sm80_pipeline_forced_table_scales();  // a bad knob fails before the long repack
 
     weights_ = upload_repacked_expert_weights(weights, repack_nvfp4_for_mma);
-    add_positive_normal_scale_flags(weights_, weights);
-    force_table_scales_ = sm80_pipeline_forced_table_scales();
+    add_positive_normal_scale_flags(weights_, weights);  // the decode tiles' table-free instances
   }
 
   size_t workspace_bytes() const override { return workspace_.bytes(); }
@@ -79,7 +79,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
   int64_t max_tokens_;
   int device_;
   bool large_tile_ok_ = false;
-  bool force_table_scales_ = false;
+  bool force_table_scales_ = false;  // FP4MOE_SM80_TABLE_SCALES, read at prepare
   std::optional<Tile96Warps> force_tile96_warps_;  // FP4MOE_SM80_TILE96_WARPS, read at prepare
   DecodeResidency decode_residency_;  // split-K sizing (grouped_gemm_decode_residency)
   PipelineWorkspace workspace_;
