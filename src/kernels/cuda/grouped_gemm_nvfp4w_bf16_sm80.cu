@@ -590,17 +590,15 @@ void launch_config(const Params& p, int64_t max_tiles, int splits, bool all_norm
                  "grouped GEMM: ", splits, " K splits for tile configuration ", CFG);
     const dim3 grid(static_cast<unsigned>(p.n / c.bn), static_cast<unsigned>(max_tiles));
     if constexpr (c.a_in_registers) {
-      if (splits > 1) {
-        if (all_normal) launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, true, true>, grid, 32 * splits, smem_bytes(c, splits), stream, p);
-        else launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, true>, grid, 32 * splits, smem_bytes(c, splits), stream, p);
-        return;
-      }
-      if (all_normal) {
-        launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, false, true>, grid, c.warps_m * c.warps_n * 32,
-                                  smem_bytes(c), stream, p);
-        return;
-      }
+      // The decode tile (one warp per K split): the split-K instance, and the table-free ones where every
+      // expert's scales are positive normal.
+      const auto kernel = splits > 1
+                              ? (all_normal ? grouped_gemm_kernel<CFG, EPI, true, true> : grouped_gemm_kernel<CFG, EPI, true>)
+                              : (all_normal ? grouped_gemm_kernel<CFG, EPI, false, true> : grouped_gemm_kernel<CFG, EPI, false>);
+      launch_maybe_programmatic(kernel, grid, 32 * splits, smem_bytes(c, splits), stream, p);
+      return;
     }
+    // all_normal concerns the decode tile only: the prefill tiles always read the scale table.
     launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, false>, grid, c.warps_m * c.warps_n * 32, smem_bytes(c),
                               stream, p);
   }
@@ -610,11 +608,11 @@ template <GemmEpilogue EPI>
 void launch_epilogue(const Params& p, int cfg, int64_t max_tiles, int splits, bool all_normal, cudaStream_t stream) {
   switch (cfg) {
     case 0: return launch_config<0, EPI>(p, max_tiles, splits, all_normal, stream);
-    case 1: return launch_config<1, EPI>(p, max_tiles, splits, false, stream);
-    case 2: return launch_config<2, EPI>(p, max_tiles, splits, false, stream);
-    case 3: return launch_config<3, EPI>(p, max_tiles, splits, false, stream);
-    case 4: return launch_config<4, EPI>(p, max_tiles, splits, false, stream);
-    case 5: return launch_config<5, EPI>(p, max_tiles, splits, false, stream);
+    case 1: return launch_config<1, EPI>(p, max_tiles, splits, all_normal, stream);
+    case 2: return launch_config<2, EPI>(p, max_tiles, splits, all_normal, stream);
+    case 3: return launch_config<3, EPI>(p, max_tiles, splits, all_normal, stream);
+    case 4: return launch_config<4, EPI>(p, max_tiles, splits, all_normal, stream);
+    case 5: return launch_config<5, EPI>(p, max_tiles, splits, all_normal, stream);
   }
   static_assert(kNumConfigs == 6, "launch_epilogue lists every configuration");
   fail("grouped GEMM: unknown tile configuration ", cfg);
