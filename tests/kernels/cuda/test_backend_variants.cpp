@@ -44,6 +44,20 @@ void expect_declares_every_variant(const std::vector<int64_t>& declared, int64_t
   EXPECT_EQ(declared, expected);
 }
 
+// With the environment variable `knob` set to `value`, reading the knob throws an error containing
+// `message`; the variable is unset afterwards.
+template <typename ReadKnob>
+void expect_knob_rejects(const char* knob, const char* value, ReadKnob read_knob, const std::string& message) {
+  setenv(knob, value, 1);
+  try {
+    read_knob();
+    ADD_FAILURE() << knob << "=" << value << " was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+  unsetenv(knob);
+}
+
 const MoeProblem kQwen35 = make_moe_problem(4096, 1024, 512, 10, ActivationMode::kW4A16);
 const MoeProblem kQwen3_30b = make_moe_problem(2048, 768, 128, 8, ActivationMode::kW4A16);
 
@@ -94,14 +108,8 @@ TEST(BackendVariants, PipelineTile96TakesFourWarpsUnlessTheKnobForcesEight) {
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 820}));
   setenv("FP4MOE_SM80_TILE96_WARPS", "4", 1);
   EXPECT_EQ(sm80_pipeline_forced_tile96_warps(), Tile96Warps::kFour);
-  setenv("FP4MOE_SM80_TILE96_WARPS", "6", 1);
-  try {
-    sm80_pipeline_forced_tile96_warps();
-    ADD_FAILURE() << "FP4MOE_SM80_TILE96_WARPS=6 was accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("FP4MOE_SM80_TILE96_WARPS must be 4 or 8"), std::string::npos) << e.what();
-  }
-  unsetenv("FP4MOE_SM80_TILE96_WARPS");
+  expect_knob_rejects("FP4MOE_SM80_TILE96_WARPS", "6", sm80_pipeline_forced_tile96_warps,
+                      "FP4MOE_SM80_TILE96_WARPS must be 4 or 8");
 }
 
 // FP4MOE_SM80_TABLE_SCALES (measurements): unset or 0 lets the decode tiles skip the scale table where all
@@ -113,14 +121,8 @@ TEST(BackendVariants, TableScalesKnobIsZeroOrOne) {
   EXPECT_TRUE(sm80_pipeline_forced_table_scales());
   setenv("FP4MOE_SM80_TABLE_SCALES", "0", 1);
   EXPECT_FALSE(sm80_pipeline_forced_table_scales());
-  setenv("FP4MOE_SM80_TABLE_SCALES", "yes", 1);
-  try {
-    sm80_pipeline_forced_table_scales();
-    ADD_FAILURE() << "FP4MOE_SM80_TABLE_SCALES=yes was accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("FP4MOE_SM80_TABLE_SCALES must be 0 or 1"), std::string::npos) << e.what();
-  }
-  unsetenv("FP4MOE_SM80_TABLE_SCALES");
+  expect_knob_rejects("FP4MOE_SM80_TABLE_SCALES", "yes", sm80_pipeline_forced_table_scales,
+                      "FP4MOE_SM80_TABLE_SCALES must be 0 or 1");
 }
 
 TEST(BackendVariants, FusedDecodeDeclaresTheSecondLaunchChunk) {
