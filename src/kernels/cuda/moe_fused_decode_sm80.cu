@@ -344,7 +344,9 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   const __nv_bfloat16* act_src = activation_source(act_item);
   auto load_next_activations = [&](uint32_t (&b)[16]) {  // the activation cursor's step, then advance it
     load_activations(act_src, b);
-    act_src += kGemm1Warps * kDecodeChunkK;
+    // A warp without chunks (H / 128 < warps) keeps reading token 0's row start: stepping on would leave
+    // the row (and, at one token, the hidden rows: compute-sanitizer memcheck with H = 256).
+    act_src += per_warp > 0 ? kGemm1Warps * kDecodeChunkK : 0;
     if (per_warp > 0 && ++act_chunk == per_warp) {
       act_chunk = 0;
       walk.next(act_item);
