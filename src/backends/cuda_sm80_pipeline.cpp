@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "backends/backend_checks.h"
 #include "backends/pipeline_parts.h"
@@ -41,6 +42,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
     decode_residency_ = grouped_gemm_decode_residency(device_);
     force_tile96_warps_ = sm80_pipeline_forced_tile96_warps();
     force_table_scales_ = sm80_pipeline_forced_table_scales();  // a bad knob fails before the long repack
+    self_route_ = sm80_pipeline_self_route_enabled();
 
     weights_ = upload_repacked_expert_weights(weights, repack_nvfp4_for_mma);
     add_positive_normal_scale_flags(weights_, weights);  // the decode tiles' table-free instances
@@ -70,7 +72,12 @@ class PreparedSm80Pipeline final : public PreparedMoe {
                           g.route_final_at_launch = gemm.route_final_at_launch;
                           g.tile96_warps = tile.tile96_warps;
                           if (force_table_scales_) g.scales_all_normal = false;
+                          if (gemm.routes_tokens)
+                            g.self_routing = GemmSelfRouting{problem_.routing, gemm.router_logits, gemm.correction_bias};
                           launch_grouped_gemm_nvfp4w_bf16(g, gemm.epilogue, run.tile.rows, run.stream);
+                        },
+                        [&](int64_t tokens, MTile m_tile) {
+                          return sm80_pipeline_gemm1_routes(tokens, m_tile.rows, /*w4a4=*/false, self_route_);
                         });
   }
 
@@ -80,6 +87,7 @@ class PreparedSm80Pipeline final : public PreparedMoe {
   int device_;
   bool large_tile_ok_ = false;
   bool force_table_scales_ = false;  // FP4MOE_SM80_TABLE_SCALES, read at prepare
+  bool self_route_ = true;           // FP4MOE_SM80_SELF_ROUTE, read at prepare
   std::optional<Tile96Warps> force_tile96_warps_;  // FP4MOE_SM80_TILE96_WARPS, read at prepare
   DecodeResidency decode_residency_;  // split-K sizing (grouped_gemm_decode_residency)
   PipelineWorkspace workspace_;
@@ -111,8 +119,10 @@ class CudaSm80PipelineBackend final : public MoeBackend {
                                             const DeviceInfo& device) const override {
     const bool large_tile_ok = large_tile_fits(device);
     const std::optional<Tile96Warps> force = sm80_pipeline_forced_tile96_warps();
+    const bool w4a4 = problem.activation_mode == ActivationMode::kW4A4, fuse = sm80_pipeline_self_route_enabled();
     return first_token_count_of_each_variant(max_tokens, [&](int64_t t) {
-      return sm80_pipeline_tile(t, problem.top_k, problem.num_experts, large_tile_ok, force);
+      const Sm80PipelineTile tile = sm80_pipeline_tile(t, problem.top_k, problem.num_experts, large_tile_ok, force);
+      return std::make_pair(tile, sm80_pipeline_gemm1_routes(t, tile.m, w4a4, fuse));
     });
   }
 };
@@ -146,13 +156,32 @@ std::optional<Tile96Warps> sm80_pipeline_forced_tile96_warps() {
   fail("FP4MOE_SM80_TILE96_WARPS must be 4 or 8 (warps of the 96-row tile), got '", value, "'");
 }
 
-bool sm80_pipeline_forced_table_scales() {
-  const char* env = std::getenv("FP4MOE_SM80_TABLE_SCALES");
-  if (env == nullptr || *env == '\0') return false;
+namespace {
+// A measurement knob of this backend that takes 0 or 1 (unset or empty: `unset`); `meaning` is shown in the
+// error for any other value.
+bool zero_or_one_knob(const char* name, bool unset, const char* meaning) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return unset;
   const std::string value(env);
   if (value == "0") return false;
   if (value == "1") return true;
-  fail("FP4MOE_SM80_TABLE_SCALES must be 0 or 1 (1: the decode tiles always use the scale table), got '", value, "'");
+  fail(name, " must be 0 or 1 (", meaning, "), got '", value, "'");
+}
+}  // namespace
+
+bool sm80_pipeline_forced_table_scales() {
+  return zero_or_one_knob("FP4MOE_SM80_TABLE_SCALES", false, "1: the decode tiles always use the scale table");
+}
+
+bool sm80_pipeline_self_route_enabled() {
+  return zero_or_one_knob("FP4MOE_SM80_SELF_ROUTE", true, "0: one token runs the route/align kernel");
+}
+
+// One token only: its routed experts hold one sorted row each, so a CTA finds its tile from the routing
+// alone. W4A4 gathers quantized rows between the routing and GEMM1, so it keeps the route/align kernel.
+// Measured on the H200 (docs/perf/2026-12-01-h200-r15.md).
+bool sm80_pipeline_gemm1_routes(int64_t tokens, int tile_m, bool w4a4, bool enabled) {
+  return enabled && tokens == 1 && tile_m == kSmallestTileM && !w4a4;
 }
 
 std::unique_ptr<MoeBackend> make_cuda_sm80_pipeline_backend() { return std::make_unique<CudaSm80PipelineBackend>(); }

@@ -33,5 +33,11 @@ std::optional<Tile96Warps> sm80_pipeline_forced_tile96_warps();
 // scales are positive normal (a measurement knob; unset or 0: the table-free path where it applies). Any
 // other value is an error.
 bool sm80_pipeline_forced_table_scales();
+// Whether a one-token run's GEMM1 routes the token itself (W4A16: no route/align kernel; the GEMM writes
+// the route buffers; kernels/cuda/one_token_self_route.cuh). FP4MOE_SM80_SELF_ROUTE=0 turns it off (a
+// measurement knob and escape hatch; unset or 1: on). Any other value is an error.
+bool sm80_pipeline_self_route_enabled();
+// The pipeline's GEMM1 routes a run of `tokens` itself (enabled: the knob's value).
+bool sm80_pipeline_gemm1_routes(int64_t tokens, int tile_m, bool w4a4, bool enabled);
 
 }  // namespace fp4moe

@@ -86,7 +86,8 @@ PipelineWorkspace::Parts PipelineWorkspace::carve(void* workspace) const {
 void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem, int64_t max_tokens,
                          const DeviceExpertWeights& weights, const PipelineWorkspace& workspace,
                          const MoeRunArgs& args, const Gemm1ReadsHidden& gemm1_reads_hidden,
-                         const ChooseTileM& choose_tile_m, const LaunchExpertGemm& launch_gemm) {
+                         const ChooseTileM& choose_tile_m, const LaunchExpertGemm& launch_gemm,
+                         const Gemm1RoutesTokens& gemm1_routes_tokens) {
   FP4MOE_CHECK(args.tokens >= 0 && args.tokens <= max_tokens, backend_id, ": tokens ", args.tokens,
                " outside [0, max_tokens=", max_tokens, "]");
   if (args.tokens == 0) return;
@@ -100,10 +101,16 @@ void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem,
   const MTile tile = choose_tile_m(T);
   const PipelineRun run{ws.route, T, tile, stream};
 
-  launch_moe_route_align(problem.routing, args.router_logits, args.correction_bias, ws.route, T, tile, stream);
+  const bool gemm1_routes = !w4a4 && gemm1_routes_tokens && gemm1_routes_tokens(T, tile);
+  if (!gemm1_routes) launch_moe_route_align(problem.routing, args.router_logits, args.correction_bias, ws.route, T, tile, stream);
 
   ExpertGemm g1;
-  if (w4a4 || !gemm1_reads_hidden(tile)) {  // W4A4: the rows are quantized with their expert's input scale on the way
+  if (gemm1_routes) {  // it finds each tile's token rows itself
+    g1.a = args.hidden;
+    g1.routes_tokens = true;
+    g1.router_logits = args.router_logits;
+    g1.correction_bias = args.correction_bias;
+  } else if (w4a4 || !gemm1_reads_hidden(tile)) {  // W4A4: the rows are quantized with their expert's input scale on the way
     launch_moe_gather(args.hidden, ws.route, T, K, E, H, w4a4 ? weights.w13_input_scale.as<float>() : nullptr,
                       ws.rows, stream);
     g1.a = ws.rows;
@@ -136,7 +143,7 @@ void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem,
   g2.input_scale = w4a4 ? weights.w2_input_scale.as<float>() : nullptr;
   g2.out = ws.expert_out;
   g2.epilogue = GemmEpilogue::kScaleFp32;
-  g2.route_final_at_launch = true;
+  g2.route_final_at_launch = !gemm1_routes;  // a routing GEMM1 writes the route buffers: no early start
   launch_gemm(run, g2);
 
   launch_moe_combine(static_cast<const float*>(ws.expert_out), ws.route, T, K, H, args.out, /*route_final_at_launch=*/true, stream);

@@ -69,6 +69,11 @@ struct PipelineWorkspace {
 struct ExpertGemm : GroupedGemmOperands {
   GemmEpilogue epilogue = GemmEpilogue::kScaleFp32;
   bool route_final_at_launch = false;  // GEMM2: GEMM1 lies between the route buffers' writer and it
+  // GEMM1 routes the tokens itself and writes the route buffers (no route/align launch before it; see
+  // Gemm1RoutesTokens); a is then the hidden rows [T, H] and a_slots is null.
+  bool routes_tokens = false;
+  const float* router_logits = nullptr;    // routes_tokens: the run's logits [T, E]
+  const float* correction_bias = nullptr;  // routes_tokens: the run's bias [E] or null
 };
 
 // What a backend's GEMM launch needs besides the ExpertGemm.
@@ -87,9 +92,13 @@ struct PipelineRun {
 using ChooseTileM = std::function<MTile(int64_t tokens)>;
 using Gemm1ReadsHidden = std::function<bool(MTile tile)>;
 using LaunchExpertGemm = std::function<void(const PipelineRun& run, const ExpertGemm& gemm)>;
+// gemm1_routes_tokens(tokens, tile) (may be empty: never): the backend's W4A16 GEMM1 routes the tokens
+// itself and writes the route buffers as the route/align stage would, which is then not launched.
+using Gemm1RoutesTokens = std::function<bool(int64_t tokens, MTile tile)>;
 void run_expert_pipeline(std::string_view backend_id, const MoeProblem& problem, int64_t max_tokens,
                          const DeviceExpertWeights& weights, const PipelineWorkspace& workspace,
                          const MoeRunArgs& args, const Gemm1ReadsHidden& gemm1_reads_hidden,
-                         const ChooseTileM& choose_tile_m, const LaunchExpertGemm& launch_gemm);
+                         const ChooseTileM& choose_tile_m, const LaunchExpertGemm& launch_gemm,
+                         const Gemm1RoutesTokens& gemm1_routes_tokens = {});
 
 }  // namespace fp4moe

@@ -28,9 +28,13 @@
 // (ldmatrix, mma.sync and dequantization), so an expert of 80 rows costs 5 fragments, not the tile's.
 // The kernel is a programmatic dependent launch on SM90+ (common/programmatic_launch.cuh); the first
 // wave of a decode GEMM2 starts its weight copies before the wait (early start, Params::early_ctas).
+// One token's W4A16 GEMM1 may route the token itself (SELF_ROUTE, one_token_self_route.cuh): then no
+// route/align kernel runs before it (1.05x at one token of Qwen3.5-397B, docs/perf/2026-12-01-h200-r15.md).
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <optional>
+#include <type_traits>
 
 #include "common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -41,6 +45,7 @@
 #include "kernels/cuda/e4m3_scale_bits.h"
 #include "kernels/cuda/nvfp4_decode_layout.h"
 #include "kernels/cuda/nvfp4_device.cuh"
+#include "kernels/cuda/one_token_self_route.cuh"
 
 namespace fp4moe {
 namespace {
@@ -88,6 +93,8 @@ static_assert(kConfigs[kConfigTile96FourWarps].bm == 96 && kConfigs[kConfigTile9
               "the four-warp 96-row layout (Tile96Warps::kFour) and the eight-warp one picked first");
 constexpr int kChunkK = 128;
 constexpr int kLutBytes = 1024;
+// SELF_ROUTE instances: the token's slots (one per lane of the routing warp) after the rings.
+constexpr int kSelfRouteSlotBytes = 32 * sizeof(one_token::TokenSlot);
 
 constexpr bool valid_config(TileConfig c) {
   return c.bm % (16 * c.warps_m) == 0 && c.bn % (16 * c.warps_n) == 0 && c.stages >= 2 && 128 % c.bn == 0 &&
@@ -166,12 +173,19 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
 // WARP_SPLIT (decode tile only): the CTA's warps split K, one ring each. A separate instance, so that the
 // one-warp CTAs keep their code: with the split decided at run time inside one instance they were 7 %
 // slower on the H200.
-template <int CFG, GemmEpilogue EPI, bool WARP_SPLIT, bool ALL_NORMAL = false>
+// SELF_ROUTE (decode tile, one token, W4A16 GEMM1; one_token_self_route.cuh): the CTA routes the token
+// itself instead of reading its tile from the route buffers, and the grid's last row of CTAs writes those
+// for the kernels after it.
+template <bool SELF_ROUTE>
+using SelfRouteArg = std::conditional_t<SELF_ROUTE, one_token::SelfRouteParams, one_token::NoSelfRoute>;
+template <int CFG, GemmEpilogue EPI, bool WARP_SPLIT, bool ALL_NORMAL = false, bool SELF_ROUTE = false>
 __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_blocks(kConfigs[CFG], WARP_SPLIT))
-    grouped_gemm_kernel(Params p) {
+    grouped_gemm_kernel(Params p, SelfRouteArg<SELF_ROUTE> self) {
   constexpr TileConfig c = kConfigs[CFG];
   static_assert(supports_epilogue(c, EPI), "this warp layout cannot run this epilogue");
   static_assert(!WARP_SPLIT || c.a_in_registers, "only the decode tile splits K over its warps");
+  static_assert(!SELF_ROUTE || (c.a_in_registers && EPI == GemmEpilogue::kSwiglu),
+                "self-routing is an instance of the W4A16 GEMM1 on the decode tile");
   constexpr int BM = c.bm, BN = c.bn, WM = c.warps_m, WN = c.warps_n, S = c.stages;
   constexpr int THREADS = c.warps_m * c.warps_n * 32;
   constexpr int WARP_M = BM / c.warps_m, WARP_N = BN / WN;
@@ -196,12 +210,34 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
   // route reads go to L2 (ld.global.cg): read before the wait, they must not hit lines an earlier kernel
   // left in this SM's L1. Otherwise they use L1, which the later waves hit (L2 reads in every CTA made
   // 16 tokens of Qwen3.5-397B 1 % slower on the H200).
-  const bool early = c.a_in_registers && blockIdx.y * gridDim.x + blockIdx.x < unsigned(p.early_ctas);
+  const bool early = !SELF_ROUTE && c.a_in_registers && blockIdx.y * gridDim.x + blockIdx.x < unsigned(p.early_ctas);
   auto route_load = [early](const int32_t* q) { return early ? __ldcg(q) : *q; };
   if (!early) pdl_chain_entry();
   const int tile = blockIdx.y;
   int expert, row0;
-  if constexpr (c.a_in_registers) {
+  [[maybe_unused]] one_token::TokenSlot slot;  // SELF_ROUTE: lane k < K holds slot k of the token
+  if constexpr (SELF_ROUTE) {
+    // Warp 0 routes the token in its ring (no copy is in flight yet) and the split warps read its slots
+    // from the words after the rings. (Every warp routing for itself was slower: 2112 warps reading the
+    // same logits.) Tile = the expert's rank = its row.
+    static_assert(one_token::kScratchBytes <= size_t(c.stages) * stage_bytes(c), "the routing scratch fits a ring");
+    one_token::TokenSlot* shared_slots =
+        reinterpret_cast<one_token::TokenSlot*>(smem + kLutBytes + (WARP_SPLIT ? blockDim.x / 32 : 1) * S * STAGE);
+    if (threadIdx.x < 32) {
+      slot = one_token::route_one_token(self, ring);
+      if constexpr (WARP_SPLIT) shared_slots[threadIdx.x] = slot;
+    }
+    if constexpr (WARP_SPLIT) {
+      __syncthreads();
+      if (threadIdx.x >= 32) slot = shared_slots[threadIdx.x % 32];
+    }
+    expert = one_token::tile_expert(slot, tile);
+    row0 = tile;
+    if (expert < 0) {  // warp-uniform and CTA-uniform; the last row of the grid (no tile) writes the route buffers
+      if (tile == gridDim.y - 1 && threadIdx.x < 32) one_token::write_route_buffers(self, slot, blockIdx.x, gridDim.x);
+      return;
+    }
+  } else if constexpr (c.a_in_registers) {
     // Decode: the tile's entry is read together with the tile count, one memory latency instead of two
     // ahead of the first weight copy. The tile arrays hold moe_max_tiles >= gridDim.y entries, so a CTA
     // past the count reads an entry it never uses. The exit test reads all three (a tile's expert and
@@ -218,7 +254,8 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
     expert = p.tile_expert[tile];
     row0 = p.tile_row_begin[tile];
   }
-  const int rows_end = c.a_in_registers ? route_load(p.expert_offsets + expert + 1) : p.expert_offsets[expert + 1];
+  const int rows_end = SELF_ROUTE ? row0 + 1
+                     : c.a_in_registers ? route_load(p.expert_offsets + expert + 1) : p.expert_offsets[expert + 1];
   // ALL_NORMAL (decode tiles): every expert's block scales are positive normal E4M3 codes (flags computed
   // at prepare), so the K loop builds each scale multiplier with a byte permute and a multiply-add
   // instead of reading the table (e4m3_scale_bits.h).
@@ -240,7 +277,7 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
   // Source of the tile's row r (< rows): the sorted row itself, or the token it was routed from (the
   // gather folded into the A copies: hidden states are read in place, L2-resident, and the [T*K, K]
   // copy is neither written nor read).
-  auto a_source_row = [&](int r) { return p.a_slots ? p.a_slots[row0 + r] / p.top_k : row0 + r; };
+  auto a_source_row = [&](int r) { return SELF_ROUTE ? 0 : p.a_slots ? p.a_slots[row0 + r] / p.top_k : row0 + r; };
 
   if constexpr (!c.a_in_registers) build_lut();
   const int live_frags = (rows + 15) / 16;  // m16 fragments holding rows of this tile
@@ -580,8 +617,19 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
   }
 }
 
+// The decode tile's instance (one warp per K split) for the split count, the scale path and self-routing.
+template <int CFG, GemmEpilogue EPI, bool SELF_ROUTE>
+auto decode_instance(int splits, bool all_normal) {
+  return splits > 1 ? (all_normal ? grouped_gemm_kernel<CFG, EPI, true, true, SELF_ROUTE>
+                                  : grouped_gemm_kernel<CFG, EPI, true, false, SELF_ROUTE>)
+                    : (all_normal ? grouped_gemm_kernel<CFG, EPI, false, true, SELF_ROUTE>
+                                  : grouped_gemm_kernel<CFG, EPI, false, false, SELF_ROUTE>);
+}
+
+// self_routed: the SELF_ROUTE instance's argument (launch_grouped_gemm_nvfp4w_bf16 checked it), else null.
 template <int CFG, GemmEpilogue EPI>
-void launch_config(const Params& p, int64_t max_tiles, int splits, bool all_normal, cudaStream_t stream) {
+void launch_config(const Params& p, int64_t max_tiles, int splits, bool all_normal,
+                   const one_token::SelfRouteParams* self_routed, cudaStream_t stream) {
   constexpr TileConfig c = kConfigs[CFG];
   if constexpr (!supports_epilogue(c, EPI)) {
     fail("grouped GEMM: tile configuration ", CFG, " cannot run this epilogue");
@@ -589,30 +637,39 @@ void launch_config(const Params& p, int64_t max_tiles, int splits, bool all_norm
     FP4MOE_CHECK(splits == 1 || (c.a_in_registers && splits >= 1 && splits <= kMaxKSplits),
                  "grouped GEMM: ", splits, " K splits for tile configuration ", CFG);
     const dim3 grid(static_cast<unsigned>(p.n / c.bn), static_cast<unsigned>(max_tiles));
+    const size_t smem = smem_bytes(c, splits);
     if constexpr (c.a_in_registers) {
-      // The decode tile (one warp per K split): the split-K instance, and the table-free ones where every
-      // expert's scales are positive normal.
-      const auto kernel = splits > 1
-                              ? (all_normal ? grouped_gemm_kernel<CFG, EPI, true, true> : grouped_gemm_kernel<CFG, EPI, true>)
-                              : (all_normal ? grouped_gemm_kernel<CFG, EPI, false, true> : grouped_gemm_kernel<CFG, EPI, false>);
-      launch_maybe_programmatic(kernel, grid, 32 * splits, smem_bytes(c, splits), stream, p);
-      return;
+      // The decode tile: the split-K instance, the table-free ones where every expert's scales are positive
+      // normal, and the self-routing ones.
+      if constexpr (EPI == GemmEpilogue::kSwiglu) {
+        if (self_routed != nullptr) {
+          launch_maybe_programmatic(decode_instance<CFG, EPI, true>(splits, all_normal), grid, 32 * splits,
+                                    smem + kSelfRouteSlotBytes, stream, p, *self_routed);
+          return;
+        }
+      }
+      FP4MOE_CHECK(self_routed == nullptr, "grouped GEMM: self-routing is an instance of the SwiGLU GEMM1");
+      launch_maybe_programmatic(decode_instance<CFG, EPI, false>(splits, all_normal), grid, 32 * splits, smem, stream,
+                                p, one_token::NoSelfRoute{});
+    } else {
+      // all_normal concerns the decode tile only: the prefill tiles always read the scale table.
+      FP4MOE_CHECK(self_routed == nullptr, "grouped GEMM: self-routing is an instance of the decode tile");
+      launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, false>, grid, c.warps_m * c.warps_n * 32, smem, stream, p,
+                                one_token::NoSelfRoute{});
     }
-    // all_normal concerns the decode tile only: the prefill tiles always read the scale table.
-    launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, false>, grid, c.warps_m * c.warps_n * 32, smem_bytes(c),
-                              stream, p);
   }
 }
 
 template <GemmEpilogue EPI>
-void launch_epilogue(const Params& p, int cfg, int64_t max_tiles, int splits, bool all_normal, cudaStream_t stream) {
+void launch_epilogue(const Params& p, int cfg, int64_t max_tiles, int splits, bool all_normal,
+                     const one_token::SelfRouteParams* self_routed, cudaStream_t stream) {
   switch (cfg) {
-    case 0: return launch_config<0, EPI>(p, max_tiles, splits, all_normal, stream);
-    case 1: return launch_config<1, EPI>(p, max_tiles, splits, all_normal, stream);
-    case 2: return launch_config<2, EPI>(p, max_tiles, splits, all_normal, stream);
-    case 3: return launch_config<3, EPI>(p, max_tiles, splits, all_normal, stream);
-    case 4: return launch_config<4, EPI>(p, max_tiles, splits, all_normal, stream);
-    case 5: return launch_config<5, EPI>(p, max_tiles, splits, all_normal, stream);
+    case 0: return launch_config<0, EPI>(p, max_tiles, splits, all_normal, self_routed, stream);
+    case 1: return launch_config<1, EPI>(p, max_tiles, splits, all_normal, self_routed, stream);
+    case 2: return launch_config<2, EPI>(p, max_tiles, splits, all_normal, self_routed, stream);
+    case 3: return launch_config<3, EPI>(p, max_tiles, splits, all_normal, self_routed, stream);
+    case 4: return launch_config<4, EPI>(p, max_tiles, splits, all_normal, self_routed, stream);
+    case 5: return launch_config<5, EPI>(p, max_tiles, splits, all_normal, self_routed, stream);
   }
   static_assert(kNumConfigs == 6, "launch_epilogue lists every configuration");
   fail("grouped GEMM: unknown tile configuration ", cfg);
@@ -630,6 +687,10 @@ void configure_instances() {
   const int bytes = static_cast<int>(smem_bytes(kConfigs[CFG], WARP_SPLIT ? kMaxKSplits : 1));
   FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwiglu, WARP_SPLIT, ALL_NORMAL>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if constexpr (kConfigs[CFG].a_in_registers) {
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwiglu, WARP_SPLIT, ALL_NORMAL, true>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, bytes + kSelfRouteSlotBytes));
+  }
   if constexpr (supports_epilogue(kConfigs[CFG], GemmEpilogue::kSwigluNvfp4)) {
     FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kSwigluNvfp4, WARP_SPLIT, ALL_NORMAL>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -645,6 +706,30 @@ void configure_config() {
     configure_instances<CFG, false, true>();
     configure_instances<CFG, true, true>();
   }
+}
+
+// GroupedGemmArgs::self_routing: one token, the W4A16 GEMM1 on the decode tile, every route buffer present.
+one_token::SelfRouteParams checked_self_route_params(const GroupedGemmArgs& args, GemmEpilogue epilogue, int tile_m) {
+  const GemmSelfRouting& s = *args.self_routing;
+  const int K = s.config.top_k, E = s.config.num_experts;
+  FP4MOE_CHECK(epilogue == GemmEpilogue::kSwiglu && tile_m == kConfigs[0].bm,
+               "grouped GEMM: self-routing is the W4A16 GEMM1 (SwiGLU epilogue) on the ", kConfigs[0].bm,
+               "-row decode tile, got tile_m ", tile_m);
+  check_cuda_routing_config(s.config);
+  FP4MOE_CHECK(E == args.num_experts && args.rows == K, "grouped GEMM: self-routing routes one token (rows = top_k = ",
+               K, ", got ", args.rows, ") over the GEMM's experts (", args.num_experts, ", routing has ", E, ")");
+  FP4MOE_CHECK(args.max_tiles > K, "grouped GEMM: self-routing needs a tile per routed expert (", K,
+               ") and a row of CTAs past them (the route buffers' writers), grid has ", args.max_tiles);
+  FP4MOE_CHECK(!args.route_final_at_launch && args.a_slots == nullptr,
+               "grouped GEMM: self-routing writes the route buffers and reads the token's row itself (no early start, "
+               "no a_slots)");
+  const MoeRouteBuffers& b = args.route;
+  FP4MOE_CHECK(s.router_logits && b.topk_ids && b.topk_weights && b.expert_counts && b.expert_offsets &&
+                   b.sorted_slots && b.slot_rows && b.tile_expert && b.tile_row_begin && b.num_tiles,
+               "grouped GEMM: self-routing needs the router logits and every route buffer");
+  return one_token::SelfRouteParams{
+      route_device::make_route_params(s.config, s.router_logits, s.correction_bias, 1, b.topk_ids, b.topk_weights),
+      b.expert_counts, b.expert_offsets, b.sorted_slots, b.slot_rows, b.tile_expert, b.tile_row_begin, b.num_tiles};
 }
 
 }  // namespace
@@ -748,13 +833,19 @@ void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue e
                                        : grouped_gemm_k_splits(args.n, args.k, args.rows, args.num_experts, tile_m,
                                                                args.decode_residency);
   p.early_ctas = early_start_ctas(args, tile_m, splits);
+  std::optional<one_token::SelfRouteParams> self_route;
+  if (args.self_routing) self_route = checked_self_route_params(args, epilogue, tile_m);
+  const one_token::SelfRouteParams* self_routed = self_route ? &*self_route : nullptr;
   switch (epilogue) {
     case GemmEpilogue::kSwiglu:
-      return launch_epilogue<GemmEpilogue::kSwiglu>(p, cfg, args.max_tiles, splits, args.scales_all_normal, stream);
+      return launch_epilogue<GemmEpilogue::kSwiglu>(p, cfg, args.max_tiles, splits, args.scales_all_normal, self_routed,
+                                                           stream);
     case GemmEpilogue::kSwigluNvfp4:
-      return launch_epilogue<GemmEpilogue::kSwigluNvfp4>(p, cfg, args.max_tiles, splits, args.scales_all_normal, stream);
+      return launch_epilogue<GemmEpilogue::kSwigluNvfp4>(p, cfg, args.max_tiles, splits, args.scales_all_normal, self_routed,
+                                                                stream);
     case GemmEpilogue::kScaleFp32:
-      return launch_epilogue<GemmEpilogue::kScaleFp32>(p, cfg, args.max_tiles, splits, args.scales_all_normal, stream);
+      return launch_epilogue<GemmEpilogue::kScaleFp32>(p, cfg, args.max_tiles, splits, args.scales_all_normal, self_routed,
+                                                              stream);
   }
   fail("grouped GEMM: unknown epilogue");
 }

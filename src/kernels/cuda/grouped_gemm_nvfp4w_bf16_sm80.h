@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "kernels/cuda/grouped_gemm_operands.h"
 #include "kernels/cuda/moe_route_permute.h"
@@ -35,6 +36,16 @@ int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, i
 // one at every measured size (the pipeline backend's choice; kEight stays for measurements).
 enum class Tile96Warps { kEight, kFour };
 
+// One token routed inside the W4A16 GEMM1 on the decode tile (one_token_self_route.cuh): every CTA routes
+// the token itself and the grid's last row writes the route buffers as launch_moe_route_align would, so no
+// route/align kernel runs before it. A is then the token's hidden row [1, K] (a_slots null), and the grid
+// needs a row of CTAs past the top_k tiles (max_tiles > top_k; moe_max_tiles gives top_k + 1).
+struct GemmSelfRouting {
+  RoutingConfig config;
+  const float* router_logits = nullptr;    // [1, E] fp32
+  const float* correction_bias = nullptr;  // [E] or null
+};
+
 // The operands in this kernel's terms: w_packed [E][N/8][K/128][512] (nvfp4_mma_layout.h), w_scales
 // [E][N/8][K/128][64]; N and K multiples of 128.
 struct GroupedGemmArgs : GroupedGemmOperands {
@@ -50,6 +61,7 @@ struct GroupedGemmArgs : GroupedGemmOperands {
   // when the kernel before wrote them.
   bool route_final_at_launch = false;
   Tile96Warps tile96_warps = Tile96Warps::kEight;  // tile_m 96 only (kFour with another tile is an error)
+  std::optional<GemmSelfRouting> self_routing;     // set: GEMM1 routes the one token itself (see above)
 };
 
 // M tiles with a kernel configuration: 16 (decode: 1 warp x 32 columns per CTA, so every SM streams

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda_sm80_fused_decode.h"
@@ -61,24 +62,39 @@ void expect_knob_rejects(const char* knob, const char* value, ReadKnob read_knob
 const MoeProblem kQwen35 = make_moe_problem(4096, 1024, 512, 10, ActivationMode::kW4A16);
 const MoeProblem kQwen3_30b = make_moe_problem(2048, 768, 128, 8, ActivationMode::kW4A16);
 
-TEST(BackendVariants, PipelineDeclaresEachGemmTile) {
+// A variant is the GEMM tile and whether GEMM1 routes the one token itself (W4A16).
+TEST(BackendVariants, PipelineDeclaresEachGemmTileAndTheSelfRoutedToken) {
+  unsetenv("FP4MOE_SM80_SELF_ROUTE");
   const auto backend = make_cuda_sm80_pipeline_backend();
   for (const MoeProblem& problem : {kQwen35, kQwen3_30b}) {
     for (int64_t max_tokens : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
       const std::vector<int64_t> declared = backend->variant_token_counts(problem, max_tokens, h200_like());
       expect_declares_every_variant(declared, max_tokens, [&](int64_t t) {
-        return sm80_pipeline_tile(t, problem.top_k, problem.num_experts, true);
+        const Sm80PipelineTile tile = sm80_pipeline_tile(t, problem.top_k, problem.num_experts, true);
+        return std::make_pair(tile, sm80_pipeline_gemm1_routes(t, tile.m, false, true));
       });
     }
   }
-  // qwen3-30b up to 4096 tokens runs the decode tile, then the 96-row tile (four warps) from 257 tokens.
-  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 4096, h200_like()), (std::vector<int64_t>{1, 257}));
+  // qwen3-30b up to 4096 tokens: the self-routed token, the decode tile from 2 tokens, then the 96-row tile
+  // (four warps) from 257 tokens.
+  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 4096, h200_like()), (std::vector<int64_t>{1, 2, 257}));
   // Without the shared memory of the 96- and 128-row tiles, the pipeline picks 64 instead.
   DeviceInfo small = h200_like();
   small.shared_memory_per_block_optin = 101376;  // SM 8.6/8.9-class parts
   expect_declares_every_variant(backend->variant_token_counts(kQwen3_30b, 4096, small), 4096, [&](int64_t t) {
-    return sm80_pipeline_tile(t, kQwen3_30b.top_k, kQwen3_30b.num_experts, false);
+    const Sm80PipelineTile tile = sm80_pipeline_tile(t, kQwen3_30b.top_k, kQwen3_30b.num_experts, false);
+    return std::make_pair(tile, sm80_pipeline_gemm1_routes(t, tile.m, false, true));
   });
+  // W4A4 gathers quantized rows between the routing and GEMM1, so it keeps the route/align kernel; so does
+  // every run with the knob at 0.
+  MoeProblem w4a4 = kQwen3_30b;
+  w4a4.activation_mode = ActivationMode::kW4A4;
+  EXPECT_EQ(backend->variant_token_counts(w4a4, 4096, h200_like()), (std::vector<int64_t>{1, 257}));
+  setenv("FP4MOE_SM80_SELF_ROUTE", "0", 1);
+  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 4096, h200_like()), (std::vector<int64_t>{1, 257}));
+  unsetenv("FP4MOE_SM80_SELF_ROUTE");
+  EXPECT_FALSE(sm80_pipeline_gemm1_routes(1, 96, false, true));  // only the 16-row decode tile
+  EXPECT_FALSE(sm80_pipeline_gemm1_routes(2, 16, false, true));  // only one token
 }
 
 // The 96-row tile takes four warps, whatever the activation mode, and the measurement knob forces either
@@ -101,11 +117,11 @@ TEST(BackendVariants, PipelineTile96TakesFourWarpsUnlessTheKnobForcesEight) {
   w4a4.activation_mode = ActivationMode::kW4A4;
   unsetenv("FP4MOE_SM80_TILE96_WARPS");
   EXPECT_EQ(sm80_pipeline_forced_tile96_warps(), std::nullopt);
-  EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 820}));
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 2, 820}));
   EXPECT_EQ(backend->variant_token_counts(w4a4, 4096, h200_like()), (std::vector<int64_t>{1, 820}));
   setenv("FP4MOE_SM80_TILE96_WARPS", "8", 1);
   EXPECT_EQ(sm80_pipeline_forced_tile96_warps(), Tile96Warps::kEight);
-  EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 820}));
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 2, 820}));
   setenv("FP4MOE_SM80_TILE96_WARPS", "4", 1);
   EXPECT_EQ(sm80_pipeline_forced_tile96_warps(), Tile96Warps::kFour);
   expect_knob_rejects("FP4MOE_SM80_TILE96_WARPS", "6", sm80_pipeline_forced_tile96_warps,
@@ -123,6 +139,19 @@ TEST(BackendVariants, TableScalesKnobIsZeroOrOne) {
   EXPECT_FALSE(sm80_pipeline_forced_table_scales());
   expect_knob_rejects("FP4MOE_SM80_TABLE_SCALES", "yes", sm80_pipeline_forced_table_scales,
                       "FP4MOE_SM80_TABLE_SCALES must be 0 or 1");
+}
+
+// FP4MOE_SM80_SELF_ROUTE (measurements, escape hatch): unset or 1 lets one token's GEMM1 route itself, 0
+// keeps the route/align kernel, anything else is an error naming the knob.
+TEST(BackendVariants, SelfRouteKnobIsZeroOrOne) {
+  unsetenv("FP4MOE_SM80_SELF_ROUTE");
+  EXPECT_TRUE(sm80_pipeline_self_route_enabled());
+  setenv("FP4MOE_SM80_SELF_ROUTE", "0", 1);
+  EXPECT_FALSE(sm80_pipeline_self_route_enabled());
+  setenv("FP4MOE_SM80_SELF_ROUTE", "1", 1);
+  EXPECT_TRUE(sm80_pipeline_self_route_enabled());
+  expect_knob_rejects("FP4MOE_SM80_SELF_ROUTE", "on", sm80_pipeline_self_route_enabled,
+                      "FP4MOE_SM80_SELF_ROUTE must be 0 or 1");
 }
 
 TEST(BackendVariants, FusedDecodeDeclaresTheSecondLaunchChunk) {

@@ -216,5 +216,134 @@ TEST(CudaGroupedGemmTiles, EarlyStartGivesTheBitsOfTheOrdinaryStart) {
   }
 }
 
+// One token routed inside the W4A16 GEMM1 (GroupedGemmArgs::self_routing, the pipeline's one-token path):
+// the route buffers are those of launch_moe_route_align, h has the bits of GEMM1 after it, and GEMM2 and
+// the combine after the self-routed GEMM1 give the layer's output bits, for every routing method (softmax,
+// renormalized, top-k softmax, DeepSeek-style sigmoid groups with a bias), logits with NaN and infinities
+// (seed 3: their weights are NaN in both paths, so only the bits are compared), one pass over K and split
+// over the warps, scale table and table-free scales. The route buffers, h and the output are poisoned
+// first. Misuse is an error.
+TEST(CudaGroupedGemmTiles, SelfRoutedTokenGivesTheRouteBuffersAndBitsOfTheRouteKernel) {
+  FP4MOE_REQUIRE_SM80(device);
+  SmallLayer layer(1, 27);
+  const int64_t H = SmallLayer::H, I = SmallLayer::I, E = SmallLayer::E, K = SmallLayer::K;
+  const MoeRouteBuffers& b = layer.route;
+  DeviceBuffer &h = layer.h, &o = layer.o;
+  DeviceBuffer hidden = DeviceBuffer::from_host(test::to_bf16_bits(synthetic_activations(1, H, 33)));
+  DeviceBuffer y(H * 2);
+  std::vector<float> bias(E);
+  for (int64_t e = 0; e < E; ++e) bias[e] = 0.05f * static_cast<float>((e * 7) % 5) - 0.1f;
+  DeviceBuffer bias_d = DeviceBuffer::from_host(bias);
+  const std::vector<RoutingMethod> methods = {RoutingMethod::kSoftmaxTopk, RoutingMethod::kSoftmaxTopkRenorm,
+                                              RoutingMethod::kTopkSoftmax, RoutingMethod::kSigmoidGroupedTopk};
+  // The route buffers one token fills (ids, weights, counts, offsets, sorted slots, slot rows, tiles).
+  struct RouteCopy {
+    std::vector<int32_t> ids, counts, offsets, sorted, slot_rows, tile_expert, tile_row, num_tiles;
+    std::vector<float> weights;
+  };
+  auto copy_route = [&] {
+    RouteCopy r;
+    auto get = [](auto& v, const auto* src, int64_t n) {
+      v.resize(n);
+      FP4MOE_CUDA_CHECK(cudaMemcpy(v.data(), src, n * sizeof(v[0]), cudaMemcpyDeviceToHost));
+    };
+    get(r.ids, b.topk_ids, K), get(r.weights, b.topk_weights, K), get(r.counts, b.expert_counts, E);
+    get(r.offsets, b.expert_offsets, E + 1), get(r.sorted, b.sorted_slots, K), get(r.slot_rows, b.slot_rows, K);
+    get(r.num_tiles, b.num_tiles, 1);
+    get(r.tile_expert, b.tile_expert, r.num_tiles[0]), get(r.tile_row, b.tile_row_begin, r.num_tiles[0]);
+    return r;
+  };
+  auto poison = [&] {
+    const int64_t tiles = moe_max_tiles(1, K, E, 16);
+    for (auto [p, n] : {std::pair<void*, int64_t>{b.topk_ids, K}, {b.topk_weights, K}, {b.expert_counts, E},
+                        {b.expert_offsets, E + 1}, {b.sorted_slots, K}, {b.slot_rows, K}, {b.tile_expert, tiles},
+                        {b.tile_row_begin, tiles}, {b.num_tiles, 1}, {h.get(), K * I / 2}, {y.get(), H / 2}})
+      FP4MOE_CUDA_CHECK(cudaMemset(p, 0xFF, n * 4));
+  };
+  auto get_bits = [](const DeviceBuffer& d, int64_t n) {
+    std::vector<uint16_t> v(n);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(v.data(), d.get(), n * 2, cudaMemcpyDeviceToHost));
+    return v;
+  };
+  for (RoutingMethod method : methods) {
+    for (uint64_t seed : {1, 2, 3}) {
+      RoutingConfig rc;
+      rc.method = method, rc.num_experts = static_cast<int>(E), rc.top_k = static_cast<int>(K);
+      if (method == RoutingMethod::kSigmoidGroupedTopk) rc.n_group = 4, rc.topk_group = 2, rc.routed_scaling_factor = 2.5f;
+      std::vector<float> logits = test::random_logits(1, E, 500 + seed);
+      if (seed == 3) logits[2] = std::nanf(""), logits[5] = INFINITY, logits[9] = -INFINITY;
+      DeviceBuffer logits_d = DeviceBuffer::from_host(logits);
+      const float* bias_ptr = method == RoutingMethod::kSigmoidGroupedTopk ? bias_d.as<float>() : nullptr;
+      poison();
+      launch_moe_route_align(rc, logits_d.as<float>(), bias_ptr, b, 1, MTile{16, 0}, nullptr);
+      const RouteCopy want = copy_route();
+      EXPECT_EQ(want.num_tiles[0], K) << "every slot routed (distinct experts), seed " << seed;
+      for (bool split_k : {false, true}) {
+        auto [a1, a2] = test::sm80_w4a16_gemm_args(layer.weights, b, 1, K, E, H, I, 16, hidden.get(), h.get(), o.get(),
+                                                    split_k);
+        a1.a_slots = b.sorted_slots, a1.top_k = static_cast<int>(K);  // the pipeline's GEMM1: hidden in place
+        for (bool normal : {false, true}) {
+          const std::string label = "method " + std::to_string(static_cast<int>(method)) + " seed " +
+                                    std::to_string(seed) + (split_k ? " split-K" : "") + (normal ? " table-free" : "");
+          a1.scales_all_normal = a2.scales_all_normal = normal;
+          // The stages: route/align, GEMM1, GEMM2, combine.
+          poison();
+          launch_moe_route_align(rc, logits_d.as<float>(), bias_ptr, b, 1, MTile{16, 0}, nullptr);
+          launch_grouped_gemm_nvfp4w_bf16(a1, GemmEpilogue::kSwiglu, 16, nullptr);
+          launch_grouped_gemm_nvfp4w_bf16(a2, GemmEpilogue::kScaleFp32, 16, nullptr);
+          launch_moe_combine(o.as<float>(), b, 1, static_cast<int>(K), H, y.get(), true, nullptr);
+          const std::vector<uint16_t> h_want = get_bits(h, K * I), y_want = get_bits(y, H);
+          // GEMM1 routing the token itself, then GEMM2 and the combine on the route buffers it wrote.
+          GroupedGemmArgs g1 = a1;
+          g1.a_slots = nullptr;
+          g1.self_routing = GemmSelfRouting{rc, logits_d.as<float>(), bias_ptr};
+          poison();
+          launch_grouped_gemm_nvfp4w_bf16(g1, GemmEpilogue::kSwiglu, 16, nullptr);
+          launch_grouped_gemm_nvfp4w_bf16(a2, GemmEpilogue::kScaleFp32, 16, nullptr);
+          launch_moe_combine(o.as<float>(), b, 1, static_cast<int>(K), H, y.get(), true, nullptr);
+          const std::vector<uint16_t> h_got = get_bits(h, K * I), y_got = get_bits(y, H);
+          const std::string run_label = label + " self-routed";
+          test::expect_all_written_and_finite(h_got, "h " + run_label);
+          if (seed != 3) test::expect_all_written_and_finite(y_got, "y " + run_label);
+          EXPECT_TRUE(h_got == h_want) << "h " << run_label << ": differs from GEMM1 after the route kernel";
+          EXPECT_TRUE(y_got == y_want) << "y " << run_label << ": differs from the stages after the route kernel";
+          const RouteCopy got = copy_route();
+          EXPECT_EQ(got.ids, want.ids) << run_label;
+          EXPECT_EQ(std::memcmp(got.weights.data(), want.weights.data(), K * 4), 0) << "weights " << run_label;
+          EXPECT_EQ(got.counts, want.counts) << run_label;
+          EXPECT_EQ(got.offsets, want.offsets) << run_label;
+          EXPECT_EQ(got.sorted, want.sorted) << run_label;
+          EXPECT_EQ(got.slot_rows, want.slot_rows) << run_label;
+          EXPECT_EQ(got.num_tiles, want.num_tiles) << run_label;
+          EXPECT_EQ(got.tile_expert, want.tile_expert) << run_label;
+          EXPECT_EQ(got.tile_row, want.tile_row) << run_label;
+        }
+      }
+    }
+  }
+  // Misuse.
+  RoutingConfig rc;
+  rc.num_experts = static_cast<int>(E), rc.top_k = static_cast<int>(K);
+  DeviceBuffer logits_d = DeviceBuffer::from_host(test::random_logits(1, E, 9));
+  auto [a1, a2] = test::sm80_w4a16_gemm_args(layer.weights, b, 1, K, E, H, I, 16, hidden.get(), h.get(), o.get(), true);
+  a1.self_routing = GemmSelfRouting{rc, logits_d.as<float>(), nullptr};
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(a1, GemmEpilogue::kSwigluNvfp4, 16, nullptr), Error) << "W4A4 epilogue";
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(a1, GemmEpilogue::kScaleFp32, 16, nullptr), Error) << "GEMM2";
+  GroupedGemmArgs two_tokens = a1;
+  two_tokens.rows = 2 * K;
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(two_tokens, GemmEpilogue::kSwiglu, 16, nullptr), Error) << "two tokens";
+  GroupedGemmArgs no_spare_row = a1;
+  no_spare_row.max_tiles = K;
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(no_spare_row, GemmEpilogue::kSwiglu, 16, nullptr), Error)
+      << "no row of CTAs past the tiles";
+  GroupedGemmArgs early = a1;
+  early.route_final_at_launch = true;
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(early, GemmEpilogue::kSwiglu, 16, nullptr), Error) << "early start";
+  GroupedGemmArgs no_logits = a1;
+  no_logits.self_routing->router_logits = nullptr;
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(no_logits, GemmEpilogue::kSwiglu, 16, nullptr), Error) << "no logits";
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 }  // namespace
 }  // namespace fp4moe

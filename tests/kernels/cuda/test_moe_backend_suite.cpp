@@ -217,7 +217,7 @@ TEST_P(MoeBackendSuite, TinySanitizerCase) {
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
     const MoeProblem problem = with_mode(base, mode);
     Runner runner(GetParam(), problem, weights, 200, *device);
-    for (int64_t T : {2, 100, 200}) {  // pipeline tile_m 16, then 96 (64 without its shared memory) for E=16, K=4
+    for (int64_t T : {1, 2, 100, 200}) {  // pipeline tile_m 16 (one token: self-routed), then 96 (64 without its shared memory) for E=16, K=4
       const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 3 + T);
       const std::vector<float> logits = test::random_logits(T, problem.num_experts, 4 + T);
       check_case(runner, problem, weights, hidden, logits, nullptr, T, 1,
