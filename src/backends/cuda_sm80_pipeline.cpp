@@ -72,8 +72,10 @@ class PreparedSm80Pipeline final : public PreparedMoe {
                           g.route_final_at_launch = gemm.route_final_at_launch;
                           g.tile96_warps = tile.tile96_warps;
                           if (force_table_scales_) g.scales_all_normal = false;
-                          if (gemm.routes_tokens)
-                            g.self_routing = GemmSelfRouting{problem_.routing, gemm.router_logits, gemm.correction_bias};
+                          if (gemm.routes_tokens) {
+                            g.self_routing =
+                                GemmSelfRouting{problem_.routing, gemm.router_logits, gemm.correction_bias};
+                          }
                           launch_grouped_gemm_nvfp4w_bf16(g, gemm.epilogue, run.tile.rows, run.stream);
                         },
                         [&](int64_t tokens, MTile m_tile) {
@@ -119,10 +121,10 @@ class CudaSm80PipelineBackend final : public MoeBackend {
                                             const DeviceInfo& device) const override {
     const bool large_tile_ok = large_tile_fits(device);
     const std::optional<Tile96Warps> force = sm80_pipeline_forced_tile96_warps();
-    const bool w4a4 = problem.activation_mode == ActivationMode::kW4A4, fuse = sm80_pipeline_self_route_enabled();
+    const bool w4a4 = problem.activation_mode == ActivationMode::kW4A4, self_route = sm80_pipeline_self_route_enabled();
     return first_token_count_of_each_variant(max_tokens, [&](int64_t t) {
       const Sm80PipelineTile tile = sm80_pipeline_tile(t, problem.top_k, problem.num_experts, large_tile_ok, force);
-      return std::make_pair(tile, sm80_pipeline_gemm1_routes(t, tile.m, w4a4, fuse));
+      return std::make_pair(tile, sm80_pipeline_gemm1_routes(t, tile.m, w4a4, self_route));
     });
   }
 };

@@ -1,7 +1,8 @@
 // cuda.sm80.pipeline.v1: the portable CUDA MoE backend (SM80 and later; docs/pipeline-backend.md).
 // route -> align (counting sort by expert, M tiles) -> gather (W4A4: NVFP4 quantize-dequantize) ->
-// grouped GEMM1 with the SwiGLU epilogue -> grouped GEMM2 -> combine. Weights are repacked once at
-// prepare() into the layout of kernels/cuda/nvfp4_mma_layout.h.
+// grouped GEMM1 with the SwiGLU epilogue -> grouped GEMM2 -> combine (one W4A16 token: GEMM1 routes it
+// itself, no route/align kernel). Weights are repacked once at prepare() into the layout of
+// kernels/cuda/nvfp4_mma_layout.h.
 #pragma once
 #include <cstdint>
 #include <memory>
