@@ -128,30 +128,29 @@ TEST(BackendVariants, PipelineTile96TakesFourWarpsUnlessTheKnobForcesEight) {
                       "FP4MOE_SM80_TILE96_WARPS must be 4 or 8");
 }
 
+// A 0/1 knob read by read_knob: unset gives `unset`, 0 and 1 give false and true, `bad` is an error
+// naming the knob. The variable is unset afterwards.
+template <typename ReadKnob>
+void expect_zero_or_one_knob(const char* knob, bool unset, ReadKnob read_knob, const char* bad) {
+  unsetenv(knob);
+  EXPECT_EQ(read_knob(), unset) << knob << " unset";
+  setenv(knob, "1", 1);
+  EXPECT_TRUE(read_knob()) << knob << "=1";
+  setenv(knob, "0", 1);
+  EXPECT_FALSE(read_knob()) << knob << "=0";
+  expect_knob_rejects(knob, bad, read_knob, std::string(knob) + " must be 0 or 1");
+}
+
 // FP4MOE_SM80_TABLE_SCALES (measurements): unset or 0 lets the decode tiles skip the scale table where all
 // scales are positive normal, 1 forces the table, anything else is an error naming the knob.
 TEST(BackendVariants, TableScalesKnobIsZeroOrOne) {
-  unsetenv("FP4MOE_SM80_TABLE_SCALES");
-  EXPECT_FALSE(sm80_pipeline_forced_table_scales());
-  setenv("FP4MOE_SM80_TABLE_SCALES", "1", 1);
-  EXPECT_TRUE(sm80_pipeline_forced_table_scales());
-  setenv("FP4MOE_SM80_TABLE_SCALES", "0", 1);
-  EXPECT_FALSE(sm80_pipeline_forced_table_scales());
-  expect_knob_rejects("FP4MOE_SM80_TABLE_SCALES", "yes", sm80_pipeline_forced_table_scales,
-                      "FP4MOE_SM80_TABLE_SCALES must be 0 or 1");
+  expect_zero_or_one_knob("FP4MOE_SM80_TABLE_SCALES", false, sm80_pipeline_forced_table_scales, "yes");
 }
 
 // FP4MOE_SM80_SELF_ROUTE (measurements, escape hatch): unset or 1 lets one token's GEMM1 route itself, 0
 // keeps the route/align kernel, anything else is an error naming the knob.
 TEST(BackendVariants, SelfRouteKnobIsZeroOrOne) {
-  unsetenv("FP4MOE_SM80_SELF_ROUTE");
-  EXPECT_TRUE(sm80_pipeline_self_route_enabled());
-  setenv("FP4MOE_SM80_SELF_ROUTE", "0", 1);
-  EXPECT_FALSE(sm80_pipeline_self_route_enabled());
-  setenv("FP4MOE_SM80_SELF_ROUTE", "1", 1);
-  EXPECT_TRUE(sm80_pipeline_self_route_enabled());
-  expect_knob_rejects("FP4MOE_SM80_SELF_ROUTE", "on", sm80_pipeline_self_route_enabled,
-                      "FP4MOE_SM80_SELF_ROUTE must be 0 or 1");
+  expect_zero_or_one_knob("FP4MOE_SM80_SELF_ROUTE", true, sm80_pipeline_self_route_enabled, "on");
 }
 
 TEST(BackendVariants, FusedDecodeDeclaresTheSecondLaunchChunk) {
