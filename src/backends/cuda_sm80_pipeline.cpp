@@ -79,7 +79,9 @@ class PreparedSm80Pipeline final : public PreparedMoe {
                           launch_grouped_gemm_nvfp4w_bf16(g, gemm.epilogue, run.tile.rows, run.stream);
                         },
                         [&](int64_t tokens, MTile m_tile) {
-                          return sm80_pipeline_gemm1_routes(tokens, m_tile.rows, /*w4a4=*/false, self_route_);
+                          return sm80_pipeline_gemm1_routes(tokens, m_tile.rows,
+                                                            problem_.activation_mode == ActivationMode::kW4A4,
+                                                            self_route_);
                         });
   }
 
