@@ -223,8 +223,9 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
     static_assert(one_token::kScratchBytes <= size_t(c.stages) * stage_bytes(c), "the routing scratch fits a ring");
     one_token::TokenSlot* shared_slots =
         reinterpret_cast<one_token::TokenSlot*>(smem + kLutBytes + (WARP_SPLIT ? blockDim.x / 32 : 1) * S * STAGE);
+    // Only the route buffers' writers (the last row) need the routing weights.
     if (threadIdx.x < 32) {
-      slot = one_token::route_one_token(self, ring);
+      slot = one_token::route_one_token(self, ring, /*weights_needed=*/tile == int(gridDim.y) - 1);
       if constexpr (WARP_SPLIT) shared_slots[threadIdx.x] = slot;
     }
     if constexpr (WARP_SPLIT) {

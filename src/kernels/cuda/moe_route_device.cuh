@@ -80,8 +80,10 @@ inline RouteParams make_route_params(const RoutingConfig& config, const float* l
 
 // Routes one token with one warp (all 32 lanes call it). score/value: 2 * E floats of scratch owned by
 // the warp (shared memory; `score` is used by sigmoid_grouped_topk only). Writes ids_out[k] and weights_out[k] for k < K (global or shared memory).
+// weights_needed false (warp-uniform): the selection only; ids_out is written, weights_out is not (a caller
+// that needs the experts but not their weights skips the double-precision weights on its critical path).
 __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t token, float* score, float* value,
-                                                 int32_t* ids_out, float* weights_out) {
+                                                 int32_t* ids_out, float* weights_out, bool weights_needed = true) {
   const int lane = threadIdx.x % 32;
   const int E = p.num_experts;
   const float* row = p.logits + token * E;
@@ -166,6 +168,10 @@ __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t t
     const int best_index = top == 0 ? -1 : static_cast<int>(index);
     if (lane == k) my_id = best_index;
     if (best_index >= 0 && best_index % 32 == lane) out |= 1u << best_j[0];
+  }
+  if (!weights_needed) {
+    if (lane < p.top_k) ids_out[lane] = my_id;
+    return;
   }
   const float my_value = my_id >= 0 ? value[my_id] : 0.0f;
   const float first_value = __shfl_sync(0xFFFFFFFFu, my_value, 0);  // slot 0's value

@@ -46,17 +46,19 @@ struct TokenSlot {
 };
 
 // All 32 lanes of a warp. scratch: kScratchBytes of this warp's shared memory, free again on return.
-__device__ __forceinline__ TokenSlot route_one_token(const SelfRouteParams& r, uint8_t* scratch) {
+// weights_needed false (warp-uniform): the selection only, every slot's weight 0 (a CTA holding a tile
+// needs its expert, not the weights; only the route buffers' writers do).
+__device__ __forceinline__ TokenSlot route_one_token(const SelfRouteParams& r, uint8_t* scratch, bool weights_needed) {
   const int lane = threadIdx.x % 32, E = r.route.num_experts, K = r.route.top_k;
   float* score = reinterpret_cast<float*>(scratch);
   float* value = score + E;
   int32_t* ids = reinterpret_cast<int32_t*>(value + E);
   float* weights = reinterpret_cast<float*>(ids + route_device::kMaxTopK);
-  route_device::route_token_warp(r.route, 0, score, value, ids, weights);
+  route_device::route_token_warp(r.route, 0, score, value, ids, weights, weights_needed);
   __syncwarp();
   TokenSlot s;
   s.expert = lane < K ? ids[lane] : -1;
-  s.weight = lane < K ? weights[lane] : 0.0f;
+  s.weight = weights_needed && lane < K ? weights[lane] : 0.0f;
   s.routed = s.expert >= 0 && s.expert < E;
   __syncwarp();  // the scratch is read
   // The routed experts are distinct (top-k), so a slot's sorted row is the count of routed experts below it.
