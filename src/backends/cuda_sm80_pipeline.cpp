@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "backends/backend_checks.h"
@@ -72,6 +73,15 @@ class PreparedSm80Pipeline final : public PreparedMoe {
                           g.route_final_at_launch = gemm.route_final_at_launch;
                           g.tile96_warps = tile.tile96_warps;
                           if (force_table_scales_) g.scales_all_normal = false;
+                          if (gemm.epilogue == GemmEpilogue::kScaleFp32) {
+                            auto splits = [&](bool one_row) {
+                              return grouped_gemm_k_splits(g.n, g.k, g.rows, E, run.tile.rows, decode_residency_,
+                                                           GemmEpilogue::kScaleFp32, one_row);
+                            };
+                            g.one_row_tiles =
+                                sm80_pipeline_gemm2_one_row(run.tokens, run.tile.rows, splits(false), splits(true));
+                            if (g.one_row_tiles) g.top_k = K;
+                          }
                           if (gemm.routes_tokens) {
                             g.self_routing =
                                 GemmSelfRouting{problem_.routing, gemm.router_logits, gemm.correction_bias};
@@ -126,7 +136,9 @@ class CudaSm80PipelineBackend final : public MoeBackend {
     const bool w4a4 = problem.activation_mode == ActivationMode::kW4A4, self_route = sm80_pipeline_self_route_enabled();
     return first_token_count_of_each_variant(max_tokens, [&](int64_t t) {
       const Sm80PipelineTile tile = sm80_pipeline_tile(t, problem.top_k, problem.num_experts, large_tile_ok, force);
-      return std::make_pair(tile, sm80_pipeline_gemm1_routes(t, tile.m, w4a4, self_route));
+      // One token's GEMM2 may take its one-row instances (the device's residency decides).
+      return std::make_tuple(tile, sm80_pipeline_gemm1_routes(t, tile.m, w4a4, self_route),
+                             t == 1 && tile.m == kSmallestTileM);
     });
   }
 };
@@ -186,6 +198,13 @@ bool sm80_pipeline_self_route_enabled() {
 // Measured on the H200 (docs/perf/2026-12-01-h200-r15.md).
 bool sm80_pipeline_gemm1_routes(int64_t tokens, int tile_m, bool w4a4, bool enabled) {
   return enabled && tokens == 1 && tile_m == kSmallestTileM && !w4a4;
+}
+
+// One token: each M tile of GEMM2 holds one row. Measured on the H200 (docs/perf/2026-12-01-h200-r16.md): with
+// more splits (Qwen3.5-397B: 2 against 1) one token took 39.1 against 40.6 us; at equal splits the one-row
+// instances were 0.4 us faster for Qwen3.5-122B but 0.6 and 1.7 us slower for Qwen3-30B and Qwen3.5-35B.
+bool sm80_pipeline_gemm2_one_row(int64_t tokens, int tile_m, int general_splits, int one_row_splits) {
+  return tokens == 1 && tile_m == kSmallestTileM && one_row_splits > general_splits;
 }
 
 std::unique_ptr<MoeBackend> make_cuda_sm80_pipeline_backend() { return std::make_unique<CudaSm80PipelineBackend>(); }

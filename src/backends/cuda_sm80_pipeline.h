@@ -40,5 +40,9 @@ bool sm80_pipeline_forced_table_scales();
 bool sm80_pipeline_self_route_enabled();
 // The pipeline's GEMM1 routes a run of `tokens` itself (enabled: the knob's value).
 bool sm80_pipeline_gemm1_routes(int64_t tokens, int tile_m, bool w4a4, bool enabled);
+// Whether the pipeline's GEMM2 of a run of `tokens` on `tile_m`-row tiles takes the one-row instances
+// (GroupedGemmArgs::one_row_tiles): one token's, where their residency gives more K splits than the general
+// instances' (each count from grouped_gemm_k_splits).
+bool sm80_pipeline_gemm2_one_row(int64_t tokens, int tile_m, int general_splits, int one_row_splits);
 
 }  // namespace fp4moe

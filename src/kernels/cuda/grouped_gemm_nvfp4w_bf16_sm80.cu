@@ -30,9 +30,12 @@
 // wave of a decode GEMM2 starts its weight copies before the wait (early start, Params::early_ctas).
 // One token's W4A16 GEMM1 may route the token itself (SELF_ROUTE, one_token_self_route.cuh): then no
 // route/align kernel runs before it (1.05x at one token of Qwen3.5-397B, docs/perf/2026-12-01-h200-r15.md).
+// One token's GEMM2 may take the one-row instances (ONE_ROW: narrow form only, fewer registers), so that more
+// K splits fit one wave (1.04x at one token of Qwen3.5-397B, docs/perf/2026-12-01-h200-r16.md).
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <type_traits>
 
@@ -125,8 +128,14 @@ __host__ __device__ constexpr size_t smem_bytes(TileConfig c, int splits = 1) {
 __host__ __device__ constexpr int block_threads(TileConfig c, bool warp_split) {
   return c.warps_m * c.warps_n * 32 * (warp_split ? kMaxKSplits : 1);
 }
-__host__ __device__ constexpr int min_blocks(TileConfig c, bool warp_split) {
-  return warp_split ? c.min_blocks / kMaxKSplits : c.min_blocks;
+// The one-row GEMM2 instances (ONE_ROW: one token) split K at 5 four-warp CTAs per SM, <= 102 registers:
+// then 10 two-warp CTAs fit an SM of 64 K registers, and one token's GEMM2 of Qwen3.5-397B (1280 CTAs)
+// splits K 2 ways in one wave on an H100/H200 (at 104-112 registers 9 fit: 1188 CTAs). Their narrow form
+// takes 89-90 registers there (sm_90a, no spill); the general split instances, capped so, spilled and made
+// Qwen3-30B's two tokens 18 % slower (docs/perf/2026-12-01-h200-r16.md).
+constexpr int kOneRowSplitMinBlocks = 5;
+__host__ __device__ constexpr int min_blocks(TileConfig c, bool warp_split, bool one_row) {
+  return !warp_split ? c.min_blocks : one_row ? kOneRowSplitMinBlocks : c.min_blocks / kMaxKSplits;
 }
 // Warp 0 of a split decode CTA reads the other warps' accumulators (16 x 32 fp32) from their rings.
 static_assert(kConfigs[0].a_in_registers && kConfigs[0].bm == 16 && kConfigs[0].warps_m * kConfigs[0].warps_n == 1 &&
@@ -178,14 +187,20 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
 // for the kernels after it.
 template <bool SELF_ROUTE>
 using SelfRouteArg = std::conditional_t<SELF_ROUTE, one_token::SelfRouteParams, one_token::NoSelfRoute>;
-template <int CFG, GemmEpilogue EPI, bool WARP_SPLIT, bool ALL_NORMAL = false, bool SELF_ROUTE = false>
-__global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_blocks(kConfigs[CFG], WARP_SPLIT))
+// ONE_ROW (decode tile, GEMM2 of one token): every M tile holds one row (the token's K slots went to distinct
+// experts), so the tile's row count is not read and only the narrow form is compiled (fewer registers; see
+// kOneRowSplitMinBlocks).
+template <int CFG, GemmEpilogue EPI, bool WARP_SPLIT, bool ALL_NORMAL = false, bool SELF_ROUTE = false,
+          bool ONE_ROW = false>
+__global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_blocks(kConfigs[CFG], WARP_SPLIT, ONE_ROW))
     grouped_gemm_kernel(Params p, SelfRouteArg<SELF_ROUTE> self) {
   constexpr TileConfig c = kConfigs[CFG];
   static_assert(supports_epilogue(c, EPI), "this warp layout cannot run this epilogue");
   static_assert(!WARP_SPLIT || c.a_in_registers, "only the decode tile splits K over its warps");
   static_assert(!SELF_ROUTE || (c.a_in_registers && EPI == GemmEpilogue::kSwiglu),
                 "self-routing is an instance of the W4A16 GEMM1 on the decode tile");
+  static_assert(!ONE_ROW || (c.a_in_registers && EPI == GemmEpilogue::kScaleFp32 && !SELF_ROUTE),
+                "one-row tiles are an instance of GEMM2 on the decode tile");
   constexpr int BM = c.bm, BN = c.bn, WM = c.warps_m, WN = c.warps_n, S = c.stages;
   constexpr int THREADS = c.warps_m * c.warps_n * 32;
   constexpr int WARP_M = BM / c.warps_m, WARP_N = BN / WN;
@@ -255,7 +270,7 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
     expert = p.tile_expert[tile];
     row0 = p.tile_row_begin[tile];
   }
-  const int rows_end = SELF_ROUTE ? row0 + 1
+  const int rows_end = SELF_ROUTE || ONE_ROW ? row0 + 1
                      : c.a_in_registers ? route_load(p.expert_offsets + expert + 1) : p.expert_offsets[expert + 1];
   // ALL_NORMAL (decode tiles): every expert's block scales are positive normal E4M3 codes (flags computed
   // at prepare), so the K loop builds each scale multiplier with a byte permute and a multiply-add
@@ -619,19 +634,27 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
 }
 
 // The decode tile's instance (one warp per K split) for the split count, the scale path and self-routing.
-template <int CFG, GemmEpilogue EPI, bool SELF_ROUTE>
+template <int CFG, GemmEpilogue EPI, bool SELF_ROUTE, bool ONE_ROW = false>
 auto decode_instance(int splits, bool all_normal) {
-  return splits > 1 ? (all_normal ? grouped_gemm_kernel<CFG, EPI, true, true, SELF_ROUTE>
-                                  : grouped_gemm_kernel<CFG, EPI, true, false, SELF_ROUTE>)
-                    : (all_normal ? grouped_gemm_kernel<CFG, EPI, false, true, SELF_ROUTE>
-                                  : grouped_gemm_kernel<CFG, EPI, false, false, SELF_ROUTE>);
+  return splits > 1 ? (all_normal ? grouped_gemm_kernel<CFG, EPI, true, true, SELF_ROUTE, ONE_ROW>
+                                  : grouped_gemm_kernel<CFG, EPI, true, false, SELF_ROUTE, ONE_ROW>)
+                    : (all_normal ? grouped_gemm_kernel<CFG, EPI, false, true, SELF_ROUTE, ONE_ROW>
+                                  : grouped_gemm_kernel<CFG, EPI, false, false, SELF_ROUTE, ONE_ROW>);
 }
 
-// self_routed: the SELF_ROUTE instance's argument (launch_grouped_gemm_nvfp4w_bf16 checked it), else null.
+// Which instance of a configuration a launch takes (launch_grouped_gemm_nvfp4w_bf16 checked the choice).
+struct InstanceChoice {
+  int splits;                                     // K splits (decode tile)
+  bool all_normal;                                // the table-free scales (decode tile)
+  bool one_row;                                   // ONE_ROW (GEMM2 of one token)
+  const one_token::SelfRouteParams* self_routed;  // the SELF_ROUTE instance's argument, else null
+};
 template <int CFG, GemmEpilogue EPI>
-void launch_config(const Params& p, int64_t max_tiles, int splits, bool all_normal,
-                   const one_token::SelfRouteParams* self_routed, cudaStream_t stream) {
+void launch_config(const Params& p, int64_t max_tiles, const InstanceChoice& choice, cudaStream_t stream) {
   constexpr TileConfig c = kConfigs[CFG];
+  const int splits = choice.splits;
+  const bool all_normal = choice.all_normal;
+  const one_token::SelfRouteParams* self_routed = choice.self_routed;
   if constexpr (!supports_epilogue(c, EPI)) {
     fail("grouped GEMM: tile configuration ", CFG, " cannot run this epilogue");
   } else {
@@ -641,7 +664,7 @@ void launch_config(const Params& p, int64_t max_tiles, int splits, bool all_norm
     const size_t smem = smem_bytes(c, splits);
     if constexpr (c.a_in_registers) {
       // The decode tile: the split-K instance, the table-free ones where every expert's scales are positive
-      // normal, and the self-routing ones.
+      // normal, the self-routing ones and GEMM2's one-row ones.
       if constexpr (EPI == GemmEpilogue::kSwiglu) {
         if (self_routed != nullptr) {
           launch_maybe_programmatic(decode_instance<CFG, EPI, true>(splits, all_normal), grid, 32 * splits,
@@ -649,12 +672,21 @@ void launch_config(const Params& p, int64_t max_tiles, int splits, bool all_norm
           return;
         }
       }
+      if constexpr (EPI == GemmEpilogue::kScaleFp32) {
+        if (choice.one_row) {
+          launch_maybe_programmatic(decode_instance<CFG, EPI, false, true>(splits, all_normal), grid, 32 * splits,
+                                    smem, stream, p, one_token::NoSelfRoute{});
+          return;
+        }
+      }
       FP4MOE_CHECK(self_routed == nullptr, "grouped GEMM: self-routing is an instance of the SwiGLU GEMM1");
+      FP4MOE_CHECK(!choice.one_row, "grouped GEMM: one-row tiles are an instance of GEMM2");
       launch_maybe_programmatic(decode_instance<CFG, EPI, false>(splits, all_normal), grid, 32 * splits, smem, stream,
                                 p, one_token::NoSelfRoute{});
     } else {
       // all_normal concerns the decode tile only: the prefill tiles always read the scale table.
-      FP4MOE_CHECK(self_routed == nullptr, "grouped GEMM: self-routing is an instance of the decode tile");
+      FP4MOE_CHECK(self_routed == nullptr && !choice.one_row,
+                   "grouped GEMM: self-routing and one-row tiles are instances of the decode tile");
       launch_maybe_programmatic(grouped_gemm_kernel<CFG, EPI, false>, grid, c.warps_m * c.warps_n * 32, smem, stream, p,
                                 one_token::NoSelfRoute{});
     }
@@ -662,15 +694,14 @@ void launch_config(const Params& p, int64_t max_tiles, int splits, bool all_norm
 }
 
 template <GemmEpilogue EPI>
-void launch_epilogue(const Params& p, int cfg, int64_t max_tiles, int splits, bool all_normal,
-                     const one_token::SelfRouteParams* self_routed, cudaStream_t stream) {
+void launch_epilogue(const Params& p, int cfg, int64_t max_tiles, const InstanceChoice& choice, cudaStream_t stream) {
   switch (cfg) {
-    case 0: return launch_config<0, EPI>(p, max_tiles, splits, all_normal, self_routed, stream);
-    case 1: return launch_config<1, EPI>(p, max_tiles, splits, all_normal, self_routed, stream);
-    case 2: return launch_config<2, EPI>(p, max_tiles, splits, all_normal, self_routed, stream);
-    case 3: return launch_config<3, EPI>(p, max_tiles, splits, all_normal, self_routed, stream);
-    case 4: return launch_config<4, EPI>(p, max_tiles, splits, all_normal, self_routed, stream);
-    case 5: return launch_config<5, EPI>(p, max_tiles, splits, all_normal, self_routed, stream);
+    case 0: return launch_config<0, EPI>(p, max_tiles, choice, stream);
+    case 1: return launch_config<1, EPI>(p, max_tiles, choice, stream);
+    case 2: return launch_config<2, EPI>(p, max_tiles, choice, stream);
+    case 3: return launch_config<3, EPI>(p, max_tiles, choice, stream);
+    case 4: return launch_config<4, EPI>(p, max_tiles, choice, stream);
+    case 5: return launch_config<5, EPI>(p, max_tiles, choice, stream);
   }
   static_assert(kNumConfigs == 6, "launch_epilogue lists every configuration");
   fail("grouped GEMM: unknown tile configuration ", cfg);
@@ -698,6 +729,11 @@ void configure_instances() {
   }
   FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kScaleFp32, WARP_SPLIT, ALL_NORMAL>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  if constexpr (kConfigs[CFG].a_in_registers) {
+    FP4MOE_CUDA_CHECK(
+        cudaFuncSetAttribute(grouped_gemm_kernel<CFG, GemmEpilogue::kScaleFp32, WARP_SPLIT, ALL_NORMAL, false, true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  }
 }
 template <int CFG>
 void configure_config() {
@@ -743,9 +779,22 @@ size_t grouped_gemm_smem_bytes(int tile_m) {
   return bytes;
 }
 
+int decode_family(GemmEpilogue epilogue, bool one_row_tiles) {
+  switch (epilogue) {
+    case GemmEpilogue::kSwiglu:
+    case GemmEpilogue::kSwigluNvfp4:
+      FP4MOE_CHECK(!one_row_tiles, "grouped GEMM: one-row tiles are an instance of GEMM2 (kScaleFp32)");
+      return epilogue == GemmEpilogue::kSwiglu ? 0 : 1;
+    case GemmEpilogue::kScaleFp32:
+      return one_row_tiles ? 3 : 2;
+  }
+  fail("grouped GEMM: unknown epilogue ", static_cast<int>(epilogue));
+}
+
 int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m,
-                          const DecodeResidency& residency) {
-  FP4MOE_CHECK(residency.sms > 0 && residency.ctas_per_sm[1] > 0,
+                          const DecodeResidency& residency, GemmEpilogue epilogue, bool one_row_tiles) {
+  const int* ctas_per_sm = residency.ctas_per_sm[decode_family(epilogue, one_row_tiles)];
+  FP4MOE_CHECK(residency.sms > 0 && ctas_per_sm[1] > 0,
                "grouped_gemm_k_splits: unknown device residency (grouped_gemm_decode_residency)");
   if (tile_m != kConfigs[0].bm || rows <= 0) return 1;
   // The most splits whose CTAs (one warp per split) are all resident at once, >= 2 chunks per split.
@@ -753,18 +802,40 @@ int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, i
   const int64_t ctas = (n / kConfigs[0].bn) * std::min<int64_t>(num_experts, rows);
   const int most = static_cast<int>(std::min<int64_t>(kMaxKSplits, (k / kChunkK) / 2));
   for (int splits = most; splits > 1; --splits)
-    if (ctas <= int64_t{residency.sms} * residency.ctas_per_sm[splits]) return splits;
+    if (ctas <= int64_t{residency.sms} * ctas_per_sm[splits]) return splits;
   return 1;
 }
 
 // Params::early_ctas: the decode tile's first wave (the CTAs resident at once, launched in linear block
 // order) starts early when the route buffers are final at launch; none otherwise.
-int early_start_ctas(const GroupedGemmArgs& args, int tile_m, int splits) {
+int early_start_ctas(const GroupedGemmArgs& args, GemmEpilogue epilogue, int tile_m, int splits) {
   if (!args.route_final_at_launch || tile_m != kConfigs[0].bm) return 0;
   const DecodeResidency& residency = args.decode_residency;
-  FP4MOE_CHECK(residency.sms > 0 && residency.ctas_per_sm[splits] > 0,
+  const int ctas_per_sm = residency.ctas_per_sm[decode_family(epilogue, args.one_row_tiles)][splits];
+  FP4MOE_CHECK(residency.sms > 0 && ctas_per_sm > 0,
                "grouped GEMM: route_final_at_launch needs the device residency (grouped_gemm_decode_residency)");
-  return residency.sms * residency.ctas_per_sm[splits];
+  return residency.sms * ctas_per_sm;
+}
+
+// Resident CTAs of `splits` warps per SM of the current device: the fewest over the decode instances of
+// the family that a launch with that split count may take (scale paths; self-routing for kSwiglu).
+template <GemmEpilogue EPI, bool ONE_ROW = false>
+cudaError_t fewest_resident_decode_ctas(int splits, int& ctas) {
+  const size_t smem = smem_bytes(kConfigs[0], splits);
+  cudaError_t err = cudaSuccess;
+  ctas = std::numeric_limits<int>::max();
+  auto query = [&](auto kernel, size_t bytes) {
+    int resident = 0;
+    if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 32 * splits, bytes);
+    ctas = std::min(ctas, resident);
+  };
+  for (bool all_normal : {false, true}) {
+    query(decode_instance<0, EPI, false, ONE_ROW>(splits, all_normal), smem);
+    if constexpr (EPI == GemmEpilogue::kSwiglu) {
+      query(decode_instance<0, EPI, true>(splits, all_normal), smem + kSelfRouteSlotBytes);
+    }
+  }
+  return err;
 }
 
 DecodeResidency grouped_gemm_decode_residency(int device) {
@@ -773,16 +844,26 @@ DecodeResidency grouped_gemm_decode_residency(int device) {
   int current = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&current));
   FP4MOE_CUDA_CHECK(cudaSetDevice(device));
-  // Every epilogue of an instance is capped at the same registers (launch bounds).
-  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &r.ctas_per_sm[1], grouped_gemm_kernel<0, GemmEpilogue::kSwiglu, false>, 32, smem_bytes(kConfigs[0]));
-  for (int splits = 2; splits <= kMaxKSplits && err == cudaSuccess; ++splits) {
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm[splits], grouped_gemm_kernel<0, GemmEpilogue::kSwiglu, true>,
-                                                        32 * splits, smem_bytes(kConfigs[0], splits));
+  cudaError_t err = cudaSuccess;
+  for (int splits = 1; splits <= kMaxKSplits && err == cudaSuccess; ++splits) {
+    auto family = [&](GemmEpilogue e, bool one_row) -> int& { return r.ctas_per_sm[decode_family(e, one_row)][splits]; };
+    err = fewest_resident_decode_ctas<GemmEpilogue::kSwiglu>(splits, family(GemmEpilogue::kSwiglu, false));
+    if (err == cudaSuccess) {
+      err = fewest_resident_decode_ctas<GemmEpilogue::kSwigluNvfp4>(splits, family(GemmEpilogue::kSwigluNvfp4, false));
+    }
+    if (err == cudaSuccess) {
+      err = fewest_resident_decode_ctas<GemmEpilogue::kScaleFp32>(splits, family(GemmEpilogue::kScaleFp32, false));
+    }
+    if (err == cudaSuccess) {
+      err = fewest_resident_decode_ctas<GemmEpilogue::kScaleFp32, true>(splits, family(GemmEpilogue::kScaleFp32, true));
+    }
   }
+  static_assert(kDecodeFamilies == 4, "every family's residency is queried");
   FP4MOE_CUDA_CHECK(cudaSetDevice(current));
   FP4MOE_CUDA_CHECK(err);
-  FP4MOE_CHECK(r.sms > 0 && r.ctas_per_sm[1] > 0, "grouped GEMM: the decode tile does not fit an SM of device ", device);
+  bool every_family = true;
+  for (const auto& family : r.ctas_per_sm) every_family = every_family && family[1] > 0;
+  FP4MOE_CHECK(r.sms > 0 && every_family, "grouped GEMM: the decode tile does not fit an SM of device ", device);
   return r;
 }
 
@@ -830,23 +911,22 @@ void launch_grouped_gemm_nvfp4w_bf16(const GroupedGemmArgs& args, GemmEpilogue e
                " outside [0, ", kMaxKSplits, "]");
   FP4MOE_CHECK(args.k_splits <= 1 || tile_m == kConfigs[0].bm, "grouped GEMM: forced k_splits ", args.k_splits,
                " needs tile_m ", kConfigs[0].bm, ", got ", tile_m);
+  FP4MOE_CHECK(!args.one_row_tiles || (epilogue == GemmEpilogue::kScaleFp32 && tile_m == kConfigs[0].bm &&
+                                        args.top_k >= 1 && args.rows == args.top_k),
+               "grouped GEMM: one-row tiles are GEMM2 of one token (rows = top_k >= 1) on the ", kConfigs[0].bm,
+               "-row decode tile, got tile_m ", tile_m, ", rows ", args.rows, ", top_k ", args.top_k);
   const int splits = args.k_splits > 0 ? args.k_splits
                                        : grouped_gemm_k_splits(args.n, args.k, args.rows, args.num_experts, tile_m,
-                                                               args.decode_residency);
-  p.early_ctas = early_start_ctas(args, tile_m, splits);
+                                                               args.decode_residency, epilogue, args.one_row_tiles);
+  p.early_ctas = early_start_ctas(args, epilogue, tile_m, splits);
   std::optional<one_token::SelfRouteParams> self_route;
   if (args.self_routing) self_route = checked_self_route_params(args, epilogue, tile_m);
-  const one_token::SelfRouteParams* self_routed = self_route ? &*self_route : nullptr;
+  const InstanceChoice choice{splits, args.scales_all_normal, args.one_row_tiles, self_route ? &*self_route : nullptr};
   switch (epilogue) {
-    case GemmEpilogue::kSwiglu:
-      return launch_epilogue<GemmEpilogue::kSwiglu>(p, cfg, args.max_tiles, splits, args.scales_all_normal, self_routed,
-                                                           stream);
+    case GemmEpilogue::kSwiglu: return launch_epilogue<GemmEpilogue::kSwiglu>(p, cfg, args.max_tiles, choice, stream);
     case GemmEpilogue::kSwigluNvfp4:
-      return launch_epilogue<GemmEpilogue::kSwigluNvfp4>(p, cfg, args.max_tiles, splits, args.scales_all_normal, self_routed,
-                                                                stream);
-    case GemmEpilogue::kScaleFp32:
-      return launch_epilogue<GemmEpilogue::kScaleFp32>(p, cfg, args.max_tiles, splits, args.scales_all_normal, self_routed,
-                                                              stream);
+      return launch_epilogue<GemmEpilogue::kSwigluNvfp4>(p, cfg, args.max_tiles, choice, stream);
+    case GemmEpilogue::kScaleFp32: return launch_epilogue<GemmEpilogue::kScaleFp32>(p, cfg, args.max_tiles, choice, stream);
   }
   fail("grouped GEMM: unknown epilogue");
 }

@@ -19,14 +19,22 @@ namespace fp4moe {
 // (deterministic) from shared memory and runs the epilogue. The splits are the most whose CTAs are all
 // resident at once on the device (grouped_gemm_decode_residency).
 inline constexpr int kMaxKSplits = 4;
+// The decode instances whose residency is counted separately, as their registers differ: one family per
+// epilogue (both scale paths; kSwiglu's includes the self-routing instances, counted with the others: on
+// their own, 93 registers against 108 on SM90, one token's GEMM1 of Qwen3.5-397B would split 4 ways on the
+// H200, which measured slower than 3) and GEMM2's one-row instances (GroupedGemmArgs::one_row_tiles; capped
+// so that 10 two-warp CTAs fit an SM: one token's GEMM2 of Qwen3.5-397B, 1280 CTAs, splits 2 ways).
+inline constexpr int kDecodeFamilies = 4;
+int decode_family(GemmEpilogue epilogue, bool one_row_tiles);
+// [family][s]: resident decode CTAs of s warps (s K splits) per SM, the fewest over the family's instances.
 struct DecodeResidency {
   int sms = 0;
-  int ctas_per_sm[kMaxKSplits + 1] = {};  // [s]: resident decode CTAs of s warps (s K splits) per SM
+  int ctas_per_sm[kDecodeFamilies][kMaxKSplits + 1] = {};
 };
-// Queries `device` (an occupancy query per split count; call at prepare).
+// Queries `device` (an occupancy query per instance and split count; call at prepare).
 DecodeResidency grouped_gemm_decode_residency(int device);
 int grouped_gemm_k_splits(int64_t n, int64_t k, int64_t rows, int num_experts, int tile_m,
-                          const DecodeResidency& residency);
+                          const DecodeResidency& residency, GemmEpilogue epilogue, bool one_row_tiles);
 
 // The 96-row tile's warp layout. kEight: 8 warps of 96 x 16 (48 x 32 for the NVFP4 SwiGLU epilogue, which
 // quantizes 16-column blocks of h); two CTAs per SM give 16 warps to hide the dequantization's latency.
@@ -62,6 +70,11 @@ struct GroupedGemmArgs : GroupedGemmOperands {
   bool route_final_at_launch = false;
   Tile96Warps tile96_warps = Tile96Warps::kEight;  // tile_m 96 only (kFour with another tile is an error)
   std::optional<GemmSelfRouting> self_routing;     // set: GEMM1 routes the one token itself (see above)
+  // GEMM2 of one token (rows = top_k; top_k set): every M tile holds one row, as the token's slots went to
+  // distinct experts. The decode tile's one-row instances then skip the row count and compile only the
+  // narrow form, in fewer registers (more K splits fit one wave: at one token of Qwen3.5-397B on the H200,
+  // 2 instead of 1, and 39.1 instead of 40.6 us for the layer; docs/perf/2026-12-01-h200-r16.md).
+  bool one_row_tiles = false;
 };
 
 // M tiles with a kernel configuration: 16 (decode: 1 warp x 32 columns per CTA, so every SM streams

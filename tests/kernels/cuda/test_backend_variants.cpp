@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -62,17 +63,22 @@ void expect_knob_rejects(const char* knob, const char* value, ReadKnob read_knob
 const MoeProblem kQwen35 = make_moe_problem(4096, 1024, 512, 10, ActivationMode::kW4A16);
 const MoeProblem kQwen3_30b = make_moe_problem(2048, 768, 128, 8, ActivationMode::kW4A16);
 
-// A variant is the GEMM tile and whether GEMM1 routes the one token itself (W4A16).
-TEST(BackendVariants, PipelineDeclaresEachGemmTileAndTheSelfRoutedToken) {
+// A variant is the GEMM tile, whether GEMM1 routes the one token itself (W4A16) and whether GEMM2 may take
+// its one-row instances (one token on the decode tile).
+auto pipeline_variant(const MoeProblem& problem, bool large_tile_ok, bool w4a4, bool self_route) {
+  return [=](int64_t t) {
+    const Sm80PipelineTile tile = sm80_pipeline_tile(t, problem.top_k, problem.num_experts, large_tile_ok);
+    return std::make_tuple(tile, sm80_pipeline_gemm1_routes(t, tile.m, w4a4, self_route), t == 1 && tile.m == 16);
+  };
+}
+
+TEST(BackendVariants, PipelineDeclaresEachGemmTileAndTheOneTokenInstances) {
   unsetenv("FP4MOE_SM80_SELF_ROUTE");
   const auto backend = make_cuda_sm80_pipeline_backend();
   for (const MoeProblem& problem : {kQwen35, kQwen3_30b}) {
     for (int64_t max_tokens : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
       const std::vector<int64_t> declared = backend->variant_token_counts(problem, max_tokens, h200_like());
-      expect_declares_every_variant(declared, max_tokens, [&](int64_t t) {
-        const Sm80PipelineTile tile = sm80_pipeline_tile(t, problem.top_k, problem.num_experts, true);
-        return std::make_pair(tile, sm80_pipeline_gemm1_routes(t, tile.m, false, true));
-      });
+      expect_declares_every_variant(declared, max_tokens, pipeline_variant(problem, true, false, true));
     }
   }
   // qwen3-30b up to 4096 tokens: the self-routed token, the decode tile from 2 tokens, then the 96-row tile
@@ -81,20 +87,29 @@ TEST(BackendVariants, PipelineDeclaresEachGemmTileAndTheSelfRoutedToken) {
   // Without the shared memory of the 96- and 128-row tiles, the pipeline picks 64 instead.
   DeviceInfo small = h200_like();
   small.shared_memory_per_block_optin = 101376;  // SM 8.6/8.9-class parts
-  expect_declares_every_variant(backend->variant_token_counts(kQwen3_30b, 4096, small), 4096, [&](int64_t t) {
-    const Sm80PipelineTile tile = sm80_pipeline_tile(t, kQwen3_30b.top_k, kQwen3_30b.num_experts, false);
-    return std::make_pair(tile, sm80_pipeline_gemm1_routes(t, tile.m, false, true));
-  });
+  expect_declares_every_variant(backend->variant_token_counts(kQwen3_30b, 4096, small), 4096,
+                                pipeline_variant(kQwen3_30b, false, false, true));
   // W4A4 gathers quantized rows between the routing and GEMM1, so it keeps the route/align kernel; so does
-  // every run with the knob at 0.
+  // every run with the knob at 0. One token stays a variant of its own: its GEMM2 may take the one-row
+  // instances.
   MoeProblem w4a4 = kQwen3_30b;
   w4a4.activation_mode = ActivationMode::kW4A4;
-  EXPECT_EQ(backend->variant_token_counts(w4a4, 4096, h200_like()), (std::vector<int64_t>{1, 257}));
+  EXPECT_EQ(backend->variant_token_counts(w4a4, 4096, h200_like()), (std::vector<int64_t>{1, 2, 257}));
   setenv("FP4MOE_SM80_SELF_ROUTE", "0", 1);
-  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 4096, h200_like()), (std::vector<int64_t>{1, 257}));
+  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 4096, h200_like()), (std::vector<int64_t>{1, 2, 257}));
   unsetenv("FP4MOE_SM80_SELF_ROUTE");
   EXPECT_FALSE(sm80_pipeline_gemm1_routes(1, 96, false, true));  // only the 16-row decode tile
   EXPECT_FALSE(sm80_pipeline_gemm1_routes(2, 16, false, true));  // only one token
+}
+
+// GEMM2 takes its one-row instances for one token on the decode tile, and only where their residency gives
+// more K splits than the general instances' (at equal splits they were slower for the small experts).
+TEST(BackendVariants, PipelineGemm2TakesOneRowInstancesOnlyForMoreSplits) {
+  EXPECT_TRUE(sm80_pipeline_gemm2_one_row(1, 16, 1, 2));
+  EXPECT_FALSE(sm80_pipeline_gemm2_one_row(1, 16, 2, 2));  // equal splits
+  EXPECT_FALSE(sm80_pipeline_gemm2_one_row(1, 16, 3, 2));
+  EXPECT_FALSE(sm80_pipeline_gemm2_one_row(2, 16, 1, 2));  // only one token
+  EXPECT_FALSE(sm80_pipeline_gemm2_one_row(1, 96, 1, 2));  // only the 16-row decode tile
 }
 
 // The 96-row tile takes four warps, whatever the activation mode, and the measurement knob forces either
@@ -118,7 +133,7 @@ TEST(BackendVariants, PipelineTile96TakesFourWarpsUnlessTheKnobForcesEight) {
   unsetenv("FP4MOE_SM80_TILE96_WARPS");
   EXPECT_EQ(sm80_pipeline_forced_tile96_warps(), std::nullopt);
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 2, 820}));
-  EXPECT_EQ(backend->variant_token_counts(w4a4, 4096, h200_like()), (std::vector<int64_t>{1, 820}));
+  EXPECT_EQ(backend->variant_token_counts(w4a4, 4096, h200_like()), (std::vector<int64_t>{1, 2, 820}));
   setenv("FP4MOE_SM80_TILE96_WARPS", "8", 1);
   EXPECT_EQ(sm80_pipeline_forced_tile96_warps(), Tile96Warps::kEight);
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()), (std::vector<int64_t>{1, 2, 820}));

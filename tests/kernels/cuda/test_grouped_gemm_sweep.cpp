@@ -152,8 +152,8 @@ TEST(CudaGroupedGemmSweep, Qwen35TilesAndSplits) {
       const auto [us1, us2] = time_gemms(a1, a2, 16, 40, prepare);
       const std::string label =
           splits > 0 ? std::to_string(splits)
-                     : "auto(" + std::to_string(grouped_gemm_k_splits(2 * kI, kH, T * kK, static_cast<int>(kE), 16, a1.decode_residency)) + "/" +
-                           std::to_string(grouped_gemm_k_splits(kH, kI, T * kK, static_cast<int>(kE), 16, a2.decode_residency)) + ")";
+                     : "auto(" + std::to_string(grouped_gemm_k_splits(2 * kI, kH, T * kK, static_cast<int>(kE), 16, a1.decode_residency, GemmEpilogue::kSwiglu, false)) + "/" +
+                           std::to_string(grouped_gemm_k_splits(kH, kI, T * kK, static_cast<int>(kE), 16, a2.decode_residency, GemmEpilogue::kScaleFp32, false)) + ")";
       std::printf("[ sweep ] T=%-5lld tile_m=16  splits=%-9s GEMM1 %6.1f us  GEMM2 %6.1f us  sum %6.1f us\n",
                   static_cast<long long>(T), label.c_str(),
                   us1, us2, us1 + us2);

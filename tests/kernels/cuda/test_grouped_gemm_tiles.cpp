@@ -216,6 +216,55 @@ TEST(CudaGroupedGemmTiles, EarlyStartGivesTheBitsOfTheOrdinaryStart) {
   }
 }
 
+// GEMM2 of one token on its one-row instances (GroupedGemmArgs::one_row_tiles: every tile holds one row, so
+// only the narrow form is compiled, in fewer registers) gives the bits of the general instances at the same
+// split count: one pass and split over the warps, scale table and table-free scales, ordinary and early
+// start. Outputs are poisoned first. Misuse is an error: two tokens, another epilogue or tile, no top_k.
+TEST(CudaGroupedGemmTiles, OneRowGemm2GivesTheBitsOfTheGeneralInstances) {
+  FP4MOE_REQUIRE_SM80(device);
+  SmallLayer layer(2, 27);
+  const int64_t H = SmallLayer::H, I = SmallLayer::I, E = SmallLayer::E, K = SmallLayer::K;
+  DeviceBuffer &h = layer.h, &o = layer.o;
+  DeviceBuffer hidden = DeviceBuffer::from_host(test::to_bf16_bits(synthetic_activations(1, H, 31)));
+  layer.route_and_gather(hidden, 1, 32, 16);
+  auto [a1, a2] = test::sm80_w4a16_gemm_args(layer.weights, layer.route, 1, K, E, H, I, 16, layer.rows.get(), h.get(),
+                                              o.get(), true);
+  launch_grouped_gemm_nvfp4w_bf16(a1, GemmEpilogue::kSwiglu, 16, nullptr);
+  for (int splits : {1, 2}) {
+    for (bool all_normal : {false, true}) {
+      for (bool early : {false, true}) {
+        const std::string label = std::to_string(splits) + " split(s)" + (all_normal ? ", table-free scales" : "") +
+                                  (early ? ", early start" : "");
+        a2.k_splits = splits, a2.scales_all_normal = all_normal, a2.route_final_at_launch = early, a2.top_k = K;
+        std::vector<float> out[2];
+        for (int one_row = 0; one_row < 2; ++one_row) {
+          a2.one_row_tiles = one_row != 0;
+          FP4MOE_CUDA_CHECK(cudaMemset(o.get(), 0xFF, K * H * 4));
+          launch_grouped_gemm_nvfp4w_bf16(a2, GemmEpilogue::kScaleFp32, 16, nullptr);
+          out[one_row].resize(K * H);
+          FP4MOE_CUDA_CHECK(cudaMemcpy(out[one_row].data(), o.get(), K * H * 4, cudaMemcpyDeviceToHost));
+        }
+        int64_t bad = 0;
+        for (float x : out[1]) bad += !std::isfinite(x);  // the 0xFF poison is a NaN
+        EXPECT_EQ(bad, 0) << label << ": unwritten or non-finite elements of the one-row GEMM2";
+        EXPECT_EQ(std::memcmp(out[1].data(), out[0].data(), out[0].size() * 4), 0)
+            << label << ": the one-row instance differs from the general one";
+      }
+    }
+  }
+  a2.one_row_tiles = true, a2.k_splits = 0, a2.route_final_at_launch = false;
+  GroupedGemmArgs two_tokens = a2;
+  two_tokens.rows = 2 * K;
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(two_tokens, GemmEpilogue::kScaleFp32, 16, nullptr), Error);
+  GroupedGemmArgs no_top_k = a2;
+  no_top_k.top_k = 0;
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(no_top_k, GemmEpilogue::kScaleFp32, 16, nullptr), Error);
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(a2, GemmEpilogue::kScaleFp32, 64, nullptr), Error);
+  GroupedGemmArgs gemm1 = a1;
+  gemm1.one_row_tiles = true, gemm1.top_k = K;
+  EXPECT_THROW(launch_grouped_gemm_nvfp4w_bf16(gemm1, GemmEpilogue::kSwiglu, 16, nullptr), Error);
+}
+
 // One token routed inside the W4A16 GEMM1 (GroupedGemmArgs::self_routing, the pipeline's one-token path):
 // the route buffers are those of launch_moe_route_align, h has the bits of GEMM1 after it, and GEMM2 and
 // the combine after the self-routed GEMM1 give the layer's output bits, for every routing method (softmax,

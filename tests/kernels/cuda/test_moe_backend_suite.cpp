@@ -233,7 +233,7 @@ TEST_P(MoeBackendSuite, TinySplitKSanitizerCase) {
   MoeProblem base = small_problem(ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, 2);
   ASSERT_GT(grouped_gemm_k_splits(2 * base.inter, base.hidden, 2 * base.top_k, static_cast<int>(base.num_experts), 16,
-                                  grouped_gemm_decode_residency(device->ordinal)),
+                                  grouped_gemm_decode_residency(device->ordinal), GemmEpilogue::kSwiglu, false),
             1);
   for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
     const MoeProblem problem = with_mode(base, mode);

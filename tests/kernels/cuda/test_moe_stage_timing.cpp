@@ -74,8 +74,8 @@ TEST(CudaMoeStageTiming, Qwen35Shape) {
     const double flops1 = 2.0 * T * K * 2 * I * H, flops2 = 2.0 * T * K * I * H;
     std::printf("[ timing ] T=%-5lld tile_m=%-3d splits=%d/%d touched=%-3d route %.1f align %.1f gather %.1f | GEMM1 %.1f us (%.0f GB/s, %.1f TF/s) "
                 "GEMM2 %.1f us (%.0f GB/s, %.1f TF/s) | combine %.1f  total %.1f us\n",
-                static_cast<long long>(T), tile_m, grouped_gemm_k_splits(2 * I, H, T * K, static_cast<int>(E), tile_m, a1.decode_residency),
-                grouped_gemm_k_splits(H, I, T * K, static_cast<int>(E), tile_m, a2.decode_residency), touched, ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3, ms[3] * 1e3,
+                static_cast<long long>(T), tile_m, grouped_gemm_k_splits(2 * I, H, T * K, static_cast<int>(E), tile_m, a1.decode_residency, GemmEpilogue::kSwiglu, false),
+                grouped_gemm_k_splits(H, I, T * K, static_cast<int>(E), tile_m, a2.decode_residency, GemmEpilogue::kScaleFp32, false), touched, ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3, ms[3] * 1e3,
                 gemm_bytes1 / (ms[3] * 1e6), flops1 / (ms[3] * 1e9), ms[4] * 1e3, gemm_bytes2 / (ms[4] * 1e6),
                 flops2 / (ms[4] * 1e9), ms[5] * 1e3, (ms[0] + ms[1] + ms[2] + ms[3] + ms[4] + ms[5]) * 1e3);
     EXPECT_GT(touched, 0);
