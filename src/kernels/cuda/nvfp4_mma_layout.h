@@ -1,4 +1,4 @@
-// The weight layout of the sm80 grouped GEMM (grouped_gemm_nvfp4w_bf16_sm80.cu), produced once at
+// The weight layout of the sm80 grouped GEMM (grouped_gemm_nvfp4w_bf16_sm80_kernel.cuh), produced once at
 // prepare() from the checkpoint's row-major NVFP4 [N, K] (format/nvfp4.h). Why: in mma.sync
 // m16n8k16 a lane (g = lane/4, t = lane%4) needs W[n = g][k = 2t, 2t+1, 2t+8, 2t+9] per 16-wide k step,
 // and one k step is exactly one NVFP4 block, so one 16-byte load per lane should deliver 8 k steps.

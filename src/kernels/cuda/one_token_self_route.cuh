@@ -1,4 +1,4 @@
-// One token (decode) routed inside the W4A16 GEMM1 of the sm80 pipeline (grouped_gemm_nvfp4w_bf16_sm80.cu,
+// One token (decode) routed inside the W4A16 GEMM1 of the sm80 pipeline (grouped_gemm_nvfp4w_bf16_sm80_kernel.cuh,
 // its SELF_ROUTE instances): no route/align kernel before it.
 // Inputs: the token's router logits (and correction bias), the routing config, the route buffers.
 // Warp 0 of every GEMM1 CTA routes the token with the routing kernel's code (moe_route_device.cuh,
