@@ -83,6 +83,14 @@ inline void expect_all_written_and_finite(const std::vector<uint16_t>& out, cons
   EXPECT_EQ(nonfinite, 0) << label << ": " << nonfinite << " output elements are NaN/Inf";
 }
 
+// Every element of an fp32 output poisoned with 0xFF bytes (a NaN) written and finite: a NaN or Inf left
+// is either an unwritten element or a non-finite result.
+inline void expect_all_written_and_finite(const std::vector<float>& out, const std::string& label) {
+  int64_t bad = 0;
+  for (float x : out) bad += !std::isfinite(x);
+  EXPECT_EQ(bad, 0) << label << ": " << bad << " of " << out.size() << " output elements unwritten or non-finite";
+}
+
 // Compares the sampled rows with the reference and judges them against the MoE budget; returns the
 // result for logging.
 inline CompareResult expect_within_budget(const std::vector<uint16_t>& out, const std::vector<float>& ref,

@@ -7,7 +7,6 @@
 // reading the hidden rows through the sorted slots gives the bits of GEMM1 on the gathered rows.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -103,9 +102,7 @@ TEST(CudaGroupedGemmTiles, EveryTileConfigurationGivesTheSameBits) {
       EXPECT_TRUE(h_in_place == hv) << "h " << label << ": reading A through the sorted slots differs from the gathered rows";
       test::expect_all_written_and_finite(h4, "h (W4A4) " + label);
       test::expect_all_written_and_finite(hv, "h " + label);
-      int64_t o_bad = 0;
-      for (float x : ov) o_bad += !std::isfinite(x);  // the 0xFF poison is a NaN
-      EXPECT_EQ(o_bad, 0) << "o " << label << ": unwritten or non-finite elements";
+      test::expect_all_written_and_finite(ov, "o " + label);
       if (h_ref.empty()) {
         h_ref = hv, h4_ref = h4, o_ref = ov;
         continue;
@@ -163,9 +160,7 @@ TEST(CudaGroupedGemmTiles, NormalScaleFlagsGiveTheBitsOfTheScaleTable) {
       }
       test::expect_all_written_and_finite(h_out[1], "h with flags " + label);
       test::expect_all_written_and_finite(h4_out[1], "h (W4A4) with flags " + label);
-      int64_t o_bad = 0;
-      for (float x : o_out[1]) o_bad += !std::isfinite(x);  // the 0xFF poison is a NaN
-      EXPECT_EQ(o_bad, 0) << "o with flags " << label << ": unwritten or non-finite elements";
+      test::expect_all_written_and_finite(o_out[1], "o with flags " + label);
       EXPECT_TRUE(h_out[1] == h_out[0]) << "h " << label << ": the table-free scales differ from the table";
       EXPECT_TRUE(h4_out[1] == h4_out[0]) << "h (W4A4) " << label << ": the table-free scales differ from the table";
       EXPECT_EQ(std::memcmp(o_out[1].data(), o_out[0].data(), o_out[0].size() * 4), 0)
@@ -200,9 +195,7 @@ TEST(CudaGroupedGemmTiles, EarlyStartGivesTheBitsOfTheOrdinaryStart) {
       launch_grouped_gemm_nvfp4w_bf16(a2, GemmEpilogue::kScaleFp32, 16, nullptr);
       std::vector<float> ov(T * K * H);
       FP4MOE_CUDA_CHECK(cudaMemcpy(ov.data(), o.get(), ov.size() * 4, cudaMemcpyDeviceToHost));
-      int64_t o_bad = 0;
-      for (float x : ov) o_bad += !std::isfinite(x);  // the 0xFF poison is a NaN
-      EXPECT_EQ(o_bad, 0) << "o " << label << ": unwritten or non-finite elements";
+      test::expect_all_written_and_finite(ov, "o " + label);
       if (!early) {
         o_ordinary = ov;
       } else {
@@ -244,9 +237,7 @@ TEST(CudaGroupedGemmTiles, OneRowGemm2GivesTheBitsOfTheGeneralInstances) {
           out[one_row].resize(K * H);
           FP4MOE_CUDA_CHECK(cudaMemcpy(out[one_row].data(), o.get(), K * H * 4, cudaMemcpyDeviceToHost));
         }
-        int64_t bad = 0;
-        for (float x : out[1]) bad += !std::isfinite(x);  // the 0xFF poison is a NaN
-        EXPECT_EQ(bad, 0) << label << ": unwritten or non-finite elements of the one-row GEMM2";
+        test::expect_all_written_and_finite(out[1], "o of the one-row GEMM2, " + label);
         EXPECT_EQ(std::memcmp(out[1].data(), out[0].data(), out[0].size() * 4), 0)
             << label << ": the one-row instance differs from the general one";
       }
