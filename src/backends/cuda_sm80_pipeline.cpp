@@ -22,6 +22,9 @@ namespace {
 
 constexpr std::string_view kId = "cuda.sm80.pipeline.v1";
 constexpr int kSmallestTileM = 16;
+// One token on the decode tile: every routed expert holds one sorted row, one M tile each (the one-token
+// paths: GEMM1 routing the token itself, GEMM2's one-row instances).
+bool one_token_on_decode_tile(int64_t tokens, int tile_m) { return tokens == 1 && tile_m == kSmallestTileM; }
 // The 96-row tile needs more shared memory per block (100 KB) than SM 8.6/8.9 parts allow (99 KB).
 bool large_tile_fits(const DeviceInfo& device) {
   return device.shared_memory_per_block_optin >= static_cast<int64_t>(grouped_gemm_smem_bytes(96));
@@ -138,7 +141,7 @@ class CudaSm80PipelineBackend final : public MoeBackend {
       const Sm80PipelineTile tile = sm80_pipeline_tile(t, problem.top_k, problem.num_experts, large_tile_ok, force);
       // One token's GEMM2 may take its one-row instances (the device's residency decides).
       return std::make_tuple(tile, sm80_pipeline_gemm1_routes(t, tile.m, w4a4, self_route),
-                             t == 1 && tile.m == kSmallestTileM);
+                             one_token_on_decode_tile(t, tile.m));
     });
   }
 };
@@ -197,14 +200,14 @@ bool sm80_pipeline_self_route_enabled() {
 // alone. W4A4 gathers quantized rows between the routing and GEMM1, so it keeps the route/align kernel.
 // Measured on the H200 (docs/perf/2026-12-01-h200-r15.md).
 bool sm80_pipeline_gemm1_routes(int64_t tokens, int tile_m, bool w4a4, bool enabled) {
-  return enabled && tokens == 1 && tile_m == kSmallestTileM && !w4a4;
+  return enabled && one_token_on_decode_tile(tokens, tile_m) && !w4a4;
 }
 
 // One token: each M tile of GEMM2 holds one row. Measured on the H200 (docs/perf/2026-12-01-h200-r16.md): with
 // more splits (Qwen3.5-397B: 2 against 1) one token took 39.1 against 40.6 us; at equal splits the one-row
 // instances were 0.4 us faster for Qwen3.5-122B but 0.6 and 1.7 us slower for Qwen3-30B and Qwen3.5-35B.
 bool sm80_pipeline_gemm2_one_row(int64_t tokens, int tile_m, int general_splits, int one_row_splits) {
-  return tokens == 1 && tile_m == kSmallestTileM && one_row_splits > general_splits;
+  return one_token_on_decode_tile(tokens, tile_m) && one_row_splits > general_splits;
 }
 
 std::unique_ptr<MoeBackend> make_cuda_sm80_pipeline_backend() { return std::make_unique<CudaSm80PipelineBackend>(); }
