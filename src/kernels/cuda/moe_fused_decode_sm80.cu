@@ -13,23 +13,24 @@
 // pipeline's routing code) and sorts the slots by expert (stable), so no routing launch is needed;
 // items = (expert, 8-token group, 16 rows of W13 = 8 gate + 8 up rows; 32 rows for W4A4, whose h
 // quantization needs a whole 16-column NVFP4 block in one warp), K split over the 8 warps, summed in
-// warp order. Launch 2 (GEMM2 + combine): items = 16 rows of H; the CTA's warps (kGemm2Shapes) share
-// the (expert, K chunk) units, each folds weight * down_scale2 * partial dot into its own fp32 token x
-// row accumulators, summed in warp order at the end. On SM90 it is a programmatic dependent launch: it
-// reads the routing record as soon as CTA 0 of launch 1 has released it (a flag, long before launch 1
-// ends) and fills its first W2 ring stages before griddepcontrol.wait; only h waits for launch 1.
-// All orders are fixed: bit-identical reruns. The per-lane steps (activation loads, a chunk's decode +
-// mma, the lane's block copies, the strided walk) are in moe_fused_decode_sm80_steps.cuh.
+// warp order. Launch 2 (GEMM2 + combine): items = 16 rows of H; the CTA's warps (kGemm2Shapes) split
+// the (expert, K chunk) units in contiguous ranges, each folds weight * down_scale2 * its dot over an
+// expert's chunks into its own fp32 token x row accumulators, summed in warp order at the end. On SM90 both are programmatic dependent launches:
+// launch 2 reads the routing record as soon as launch 1's writer CTA has released it (a flag, long
+// before launch 1 ends) and fills its first W2 ring stages before griddepcontrol.wait; only h waits for
+// launch 1. All orders are fixed: bit-identical reruns. The per-lane steps (activation loads, a chunk's
+// decode + mma, the lane's block copies, the strided walk) are in moe_fused_decode_sm80_steps.cuh, the
+// slot sort in moe_fused_decode_sm80_slots.cuh.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdlib>
 
 #include "common/error.h"
-#include "kernels/cuda/common/block_scan.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/moe_fused_decode_sm80.h"
+#include "kernels/cuda/moe_fused_decode_sm80_slots.cuh"
 #include "kernels/cuda/moe_fused_decode_sm80_steps.cuh"
 #include "kernels/cuda/moe_route_device.cuh"
 #include "kernels/cuda/moe_route_permute.h"
@@ -53,6 +54,7 @@ using fused_decode::load_activations;
 using fused_decode::mma_chunk;
 using fused_decode::quantize_activations_w4a4;
 using fused_decode::read_lane_block;
+using fused_decode::SlotTables;
 using fused_decode::StridedPos;
 using fused_decode::StridedWalk;
 
@@ -95,7 +97,8 @@ __host__ __device__ constexpr size_t ring1_bytes(int mt, int num_experts) {
 
 // Byte offsets of launch 1's shared memory for E experts and tk_cap = kFusedDecodeMaxTokens * K slots.
 struct Gemm1Smem {
-  size_t lut, ring, red, route_ids, route_weights, scan, counts, ids, sorted, touched, toff, gprefix, g2j, misc, total;
+  size_t lut, ring, red, route_ids, route_weights, scan, counts, ids, sorted, touched, toff, gprefix, g2j, slot_weight,
+      misc, total;
 };
 __host__ __device__ inline Gemm1Smem gemm1_smem(int num_experts, int tk_cap, int mt) {
   Gemm1Smem s{};
@@ -112,13 +115,15 @@ __host__ __device__ inline Gemm1Smem gemm1_smem(int num_experts, int tk_cap, int
   s.toff = align16(s.touched + size_t(tk_cap) * 2);
   s.gprefix = align16(s.toff + size_t(tk_cap + 1) * 2);
   s.g2j = align16(s.gprefix + size_t(tk_cap + 1) * 2);  // token group -> touched expert index
-  s.misc = align16(s.g2j + size_t(tk_cap) * 2);
+  s.slot_weight = align16(s.g2j + size_t(tk_cap) * 2);  // routing weight of each slot (the record writer's)
+  s.misc = s.slot_weight + size_t(tk_cap) * 4;
   s.total = s.misc + 16;
   return s;
 }
 
 // Launch 2: LUT | ring | accumulators [warps][kFusedDecodeMaxTokens][16] | touched, toff, sorted slots,
-// their tokens (int16) | per sorted slot: routing weight * down_scale2 * 2^9 (* input scale) (fp32).
+// their tokens (int16) | per sorted slot: routing weight * down_scale2 * 2^9 (* input scale) (fp32, from
+// the record).
 struct Gemm2Smem {
   size_t lut, ring, acc, touched, toff, sorted, sorted_token, slot_factor, total;
 };
@@ -137,16 +142,18 @@ __host__ __device__ inline Gemm2Smem gemm2_smem(int tk_cap, Gemm2Shape shape) {
 }
 
 // What launch 1 leaves for launch 2 (device workspace, one chunk).
+// Written by one CTA of launch 1, the record writer (the grid's last: it has the fewest items).
 struct RoutingRecord {
-  float* weights;       // [T*K] routing weight of each slot
+  float* factor;        // [T*K] per sorted slot: its routing weight * down_scale2 * 2^9 (* w2 input scale)
   int32_t* touched;     // [n] touched experts, ascending
   int32_t* toff;        // [n + 1] first sorted slot of each touched expert
   int32_t* sorted;      // [T*K] slots sorted by expert, stable
   int32_t* num_touched; // [1]
-  // Launch 2 reads the record before griddepcontrol.wait (it only needs the routing, which CTA 0 of
-  // launch 1 finishes long before its GEMM1 ends): `ready` is kRecordReady from CTA 0's release on;
+  // Launch 2 reads the record before griddepcontrol.wait (it only needs the routing, which the writer
+  // finishes long before launch 1's GEMM1 ends): `ready` is kRecordReady from the writer's release on;
   // `arrivals` counts launch 2's CTAs that saw it, and the last one clears `ready` for the next pair.
-  // Launch 1 zeroes `arrivals` before its release, so any initial workspace contents work.
+  // Launch 1 zeroes `arrivals` before its release, so any initial workspace contents work. Every entry
+  // launch 2 needs is computed here, so its prologue is one round of independent loads.
   int32_t* ready;
   int32_t* arrivals;
 };
@@ -164,6 +171,7 @@ struct Gemm1Params {
   const uint8_t* w13;
   const float* gate_scale2;
   const float* up_scale2;
+  const float* down_scale2;  // for the record's factors
   const float* in_scale;   // w13_input_scale (W4A4) or null
   const float* out_scale;  // w2_input_scale (W4A4) or null
   int hidden_size, inter, top_k, num_experts, tk_cap;
@@ -173,22 +181,11 @@ struct Gemm1Params {
 
 struct Gemm2Params {
   const uint8_t* w2;
-  const float* down_scale2;
-  const float* in_scale;  // w2_input_scale (W4A4) or null
   const __nv_bfloat16* h;
   RoutingRecord record;
   int tokens, hidden_size, inter, top_k, tk_cap;
   __nv_bfloat16* out;  // [T, H]
 };
-
-// Per-expert totals packed for one scan: sorted slots | touched experts << 21 | token groups << 42.
-__device__ __forceinline__ uint64_t pack_counts(int slots) {
-  return slots == 0 ? 0ull
-                    : uint64_t(slots) | (1ull << 21) | (uint64_t((slots + kTokenGroup - 1) / kTokenGroup) << 42);
-}
-__device__ __forceinline__ int unpack_field(uint64_t packed, int field) {
-  return static_cast<int>((packed >> (21 * field)) & ((1u << 21) - 1));
-}
 
 template <int MT>
 __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm1_kernel(Gemm1Params p) {
@@ -206,87 +203,64 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   int16_t* toff = reinterpret_cast<int16_t*>(smem + L.toff);
   int16_t* gprefix = reinterpret_cast<int16_t*>(smem + L.gprefix);
   int16_t* g2j = reinterpret_cast<int16_t*>(smem + L.g2j);
+  float* slot_weight = reinterpret_cast<float*>(smem + L.slot_weight);
   float* red = reinterpret_cast<float*>(smem + L.red);
   int* misc = reinterpret_cast<int*>(smem + L.misc);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int T = static_cast<int>(p.route.tokens), K = p.top_k, E = p.num_experts, TK = T * K;
-  pdl_trigger_dependents();  // launch 2 may start its prologue on SMs this grid leaves free; it waits for us
-
   for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = scale_lut_entry(i);
   for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
+  // SM90+: a programmatic launch too. The logits and hidden rows come from the kernels before, and the
+  // launch 2 before still reads the workspace (record, h): wait for it, then let launch 2 be scheduled
+  // (it starts its prologue on SMs this grid leaves free and waits for us).
+  pdl_chain_entry();
 
-  // 1. Route every token (warp per token; score scratch in the ring, not yet in use).
+  // 1. Route every token (warp per token; score scratch in the ring, not yet in use). Only the record
+  // writer needs the routing weights; the items need the experts alone.
+  const bool record_writer = blockIdx.x == gridDim.x - 1;
   float* score = reinterpret_cast<float*>(ring) + size_t(warp) * 2 * E;
   for (int tok = warp; tok < T; tok += kGemm1Warps) {
-    route_token_warp(p.route, tok, score, score + E, route_ids + warp * 32, route_weights + warp * 32);
+    route_token_warp(p.route, tok, score, score + E, route_ids + warp * 32, route_weights + warp * 32, record_writer);
     __syncwarp();
     if (lane < K) {
       const int e = route_ids[warp * 32 + lane];
       ids[tok * K + lane] = static_cast<int16_t>(e >= 0 && e < E ? e : -1);
-      if (blockIdx.x == 0) p.record.weights[tok * K + lane] = route_weights[warp * 32 + lane];
+      if (record_writer) slot_weight[tok * K + lane] = route_weights[warp * 32 + lane];
     }
     __syncwarp();
   }
   __syncthreads();
 
-  // 2. Stable counting sort of the slots by expert; touched experts in ascending order.
-  for (int s = threadIdx.x; s < TK; s += blockDim.x)
-    if (ids[s] >= 0) atomicAdd(&counts[ids[s]], 1);  // integer counts: order-independent
-  __syncthreads();
-  const int per = (E + blockDim.x - 1) / blockDim.x;
-  const int e_begin = min(E, static_cast<int>(threadIdx.x) * per), e_end = min(E, e_begin + per);
-  uint64_t local = 0;
-  for (int e = e_begin; e < e_end; ++e) local += pack_counts(counts[e]);
-  uint64_t total = 0;
-  uint64_t running = block_exclusive_scan<kGemm1Warps>(local, scan, total);
-  for (int e = e_begin; e < e_end; ++e) {
-    const int c = counts[e];
-    if (c == 0) continue;
-    const int index = unpack_field(running, 1);
-    touched[index] = static_cast<int16_t>(e);
-    toff[index] = static_cast<int16_t>(unpack_field(running, 0));
-    gprefix[index] = static_cast<int16_t>(unpack_field(running, 2));
-    counts[e] = unpack_field(running, 0);  // becomes the placement cursor
-    for (int q = 0; q < (c + kTokenGroup - 1) / kTokenGroup; ++q)
-      g2j[unpack_field(running, 2) + q] = static_cast<int16_t>(index);
-    running += pack_counts(c);
+  // 2. The slots sorted by expert, the touched experts in ascending order (moe_fused_decode_sm80_slots.cuh):
+  // one warp's sort up to 32 slots, else the CTA's counting sort.
+  const SlotTables tables{ids, sorted, touched, toff, gprefix, g2j, misc};
+  if (TK <= 32) {
+    if (warp == 0) fused_decode::sort_slots_warp<kTokenGroup>(tables, TK);
+  } else {
+    fused_decode::sort_slots_block<kGemm1Warps, kTokenGroup>(tables, TK, E, counts, scan);
   }
-  if (threadIdx.x == 0) {
-    const int n = unpack_field(total, 1);
-    toff[n] = static_cast<int16_t>(unpack_field(total, 0));
-    gprefix[n] = static_cast<int16_t>(unpack_field(total, 2));
-    misc[0] = n;
-    misc[1] = unpack_field(total, 2);
-  }
-  __syncthreads();
-  if (warp == 0) {
-    const uint32_t lower = (1u << lane) - 1u;
-    for (int base = 0; base < TK; base += 32) {
-      const int s = base + lane;
-      const int e = s < TK ? ids[s] : -1;
-      const uint32_t peers = __match_any_sync(0xFFFFFFFFu, e);
-      if (e >= 0) sorted[counts[e] + __popc(peers & lower)] = static_cast<int16_t>(s);
-      __syncwarp();
-      if (e >= 0 && (peers & lower) == 0) counts[e] += __popc(peers);
-      __syncwarp();
-    }
-  }
-  __syncthreads();
-  int16_t* sorted_token = ids;  // the slots' experts are no longer needed: token of each sorted slot
-  for (int i = threadIdx.x; i < TK; i += blockDim.x) sorted_token[i] = static_cast<int16_t>(sorted[i] / K);
   __syncthreads();
   const int n_touched = misc[0], n_groups = misc[1];
-  if (blockIdx.x == 0) {
+  if (record_writer) {
     for (int i = threadIdx.x; i < n_touched; i += blockDim.x) p.record.touched[i] = touched[i];
     for (int i = threadIdx.x; i <= n_touched; i += blockDim.x) p.record.toff[i] = toff[i];
     for (int i = threadIdx.x; i < toff[n_touched]; i += blockDim.x) p.record.sorted[i] = sorted[i];
+    for (int j = threadIdx.x; j < n_touched; j += blockDim.x) {
+      const int e = touched[j];
+      const float in_scale = p.out_scale ? p.out_scale[e] : 1.0f;
+      const float factor = __fmul_rn(__fmul_rn(p.down_scale2[e], kScaleLutCompensation), in_scale);
+      for (int i = toff[j]; i < toff[j + 1]; ++i) p.record.factor[i] = __fmul_rn(slot_weight[sorted[i]], factor);
+    }
     if (threadIdx.x == 0) *p.record.num_touched = n_touched, *p.record.arrivals = 0;
-    __syncthreads();  // (uniform: the whole CTA 0) every thread's record writes precede the release below
+    __syncthreads();  // (uniform: the whole writer CTA) every thread's record writes precede the release below
     if (threadIdx.x == 0) {
       __threadfence();
       atomicExch(p.record.ready, kRecordReady);
     }
   }
+  int16_t* sorted_token = ids;  // the slots' experts are no longer needed: token of each sorted slot
+  for (int i = threadIdx.x; i < TK; i += blockDim.x) sorted_token[i] = static_cast<int16_t>(sorted[i] / K);
+  __syncthreads();
 
   // 3. Items: (touched expert, 8-token group, 16*MT rows of W13), dealt round-robin over the CTAs
   // (consecutive items on consecutive CTAs, so on different SMs); an item's K chunks are split over the
@@ -458,58 +432,59 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   const int T = p.tokens, K = p.top_k;
 
   for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = scale_lut_entry(i);
-  // The routing record is complete once CTA 0 of launch 1 released it (long before launch 1 ends):
+  // The routing record is complete once launch 1's writer released it (long before launch 1 ends):
   // read it, and fill the first W2 ring stages, before waiting for launch 1's h.
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0)
     while (load_acquire_gpu(p.record.ready) != kRecordReady) __nanosleep(128);
-    if (atomicAdd(p.record.arrivals, 1) == static_cast<int>(gridDim.x) - 1) atomicExch(p.record.ready, 0);
-  }
   __syncthreads();  // orders every thread's record reads after thread 0's acquire
+  // One round of independent loads (no load waits for another): every entry T tokens can fill, those
+  // past the record's counts read but not used. Per sorted slot: its slot, token and factor.
+  const int TK = T * K;
   const int n_touched = __ldcg(p.record.num_touched);
-  for (int i = threadIdx.x; i <= n_touched; i += blockDim.x) toff[i] = static_cast<int16_t>(__ldcg(p.record.toff + i));
-  for (int i = threadIdx.x; i < n_touched; i += blockDim.x) touched[i] = static_cast<int16_t>(__ldcg(p.record.touched + i));
-  __syncthreads();
-  // Per sorted slot: its token and the factor weight * down_scale2 * 2^9 (* input scale) of its expert.
-  for (int j = threadIdx.x; j < n_touched; j += blockDim.x) {
-    const int e = touched[j];
-    const float in_scale = p.in_scale ? p.in_scale[e] : 1.0f;
-    const float factor = __fmul_rn(__fmul_rn(p.down_scale2[e], kScaleLutCompensation), in_scale);
-    for (int i = toff[j]; i < toff[j + 1]; ++i) {
-      const int slot = __ldcg(p.record.sorted + i);
-      sorted[i] = static_cast<int16_t>(slot);
-      sorted_token[i] = static_cast<int16_t>(slot / K);
-      slot_factor[i] = __fmul_rn(__ldcg(p.record.weights + slot), factor);
-    }
+  for (int i = threadIdx.x; i <= TK; i += blockDim.x) {
+    toff[i] = static_cast<int16_t>(__ldcg(p.record.toff + i));
+    if (i == TK) continue;
+    touched[i] = static_cast<int16_t>(__ldcg(p.record.touched + i));
+    const int slot = __ldcg(p.record.sorted + i);
+    sorted[i] = static_cast<int16_t>(slot);
+    sorted_token[i] = static_cast<int16_t>(slot / K);
+    slot_factor[i] = __ldcg(p.record.factor + i);
   }
   __syncthreads();
 
-  // Units = (touched expert j, K chunk kc of I), u = j * chunks + kc; warp w takes u = w, w + 8, ...
+  // Units = (touched expert j, K chunk kc of I), numbered u = j * chunks + kc. Warp w takes the
+  // contiguous range [w U / W, (w + 1) U / W), so its consecutive units are chunks of one expert (at one
+  // token of Qwen3.5-397B with 10 warps: one whole expert each): the expert's dot accumulates in the mma
+  // registers over its chunks and is folded into the token accumulators once per expert and range, and
+  // each cursor steps by a stride inside an expert. (Until r17 warp w took u = w, w + W, ...: every unit
+  // changed expert and paid a fold through shared memory and three address computations.)
   const int chunks = p.inter / kDecodeChunkK;
   const int tiles = p.hidden_size / kDecodeTileRows;
   const size_t expert_stride = size_t(tiles) * chunks * kDecodeBlockBytes;
   const int units = n_touched * chunks;
-  const int my_units = units > warp ? (units - warp + kGemm2Warps - 1) / kGemm2Warps : 0;
-  const StridedWalk walk = StridedWalk::of(kGemm2Warps, chunks);  // (j, kc) units
-  const StridedPos first_unit = walk.at(warp);
+  const int u_begin = static_cast<int>(int64_t(units) * warp / kGemm2Warps);
+  const int my_units = static_cast<int>(int64_t(units) * (warp + 1) / kGemm2Warps) - u_begin;
   uint8_t* const my_ring = smem + L.ring + size_t(warp) * kStages2 * kDecodeBlockBytes + lane * 16;
   float* acc = acc_all + size_t(warp) * kFusedDecodeMaxTokens * 16;  // [token][16 rows]
-  // Lane (g, t)'s h for a unit: the row of the expert's first-tile slot g (or of its slot 0), chunk kc.
-  auto h_source = [&](const StridedPos& at) -> const __nv_bfloat16* {
-    const int j = at.outer, kc = at.inner;
-    if (j >= n_touched) return p.h + 32 * t;  // past the last unit: never used
+  // Lane (g, t)'s h row for touched expert j: the row of the expert's slot g (or of its slot 0, see
+  // load_activations), from column 32 t.
+  auto h_row = [&](int j) -> const __nv_bfloat16* {
     const int first = toff[j];
     const int slot = g < toff[j + 1] - first ? sorted[first + g] : sorted[first];
-    return p.h + size_t(slot) * p.inter + kc * kDecodeChunkK + 32 * t;
+    return p.h + size_t(slot) * p.inter + 32 * t;
   };
   // The weight cursor of the current row block: zeroes the accumulators and fills kStages2 - 1 stages.
   const uint8_t* w2_rows = nullptr;
-  StridedPos fetch{};
-  int fill_slot = 0;
+  const uint8_t* fetch_src = nullptr;
+  int fetch_kc = 0, fetch_j = 0, fetch_left = 0, fill_slot = 0;
   auto issue = [&]() {
-    if (fetch.outer < n_touched) {  // the warp's units run out exactly when its walk passes the last expert
-      copy_lane_bytes(my_ring + fill_slot * kDecodeBlockBytes,
-                      w2_rows + size_t(touched[fetch.outer]) * expert_stride + fetch.inner * kDecodeBlockBytes, lane);
-      walk.next(fetch);
+    if (fetch_left > 0) {
+      copy_lane_bytes(my_ring + fill_slot * kDecodeBlockBytes, fetch_src, lane);
+      fetch_src += kDecodeBlockBytes;
+      if (--fetch_left > 0 && ++fetch_kc == chunks) {
+        fetch_kc = 0;
+        fetch_src = w2_rows + size_t(touched[++fetch_j]) * expert_stride;
+      }
     }
     cp_async_commit();
     fill_slot = fill_slot + 1 == kStages2 ? 0 : fill_slot + 1;
@@ -518,7 +493,8 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
     for (int i = lane; i < T * 16; i += 32) acc[i] = 0.0f;
     __syncwarp();
     w2_rows = p.w2 + size_t(rb) * chunks * kDecodeBlockBytes + lane * 16;
-    fetch = first_unit;
+    fetch_j = u_begin / chunks, fetch_kc = u_begin % chunks, fetch_left = my_units;
+    if (my_units > 0) fetch_src = w2_rows + size_t(touched[fetch_j]) * expert_stride + fetch_kc * kDecodeBlockBytes;
     fill_slot = 0;
     for (int s = 0; s < kStages2 - 1; ++s) issue();
   };
@@ -527,49 +503,67 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   for (int rb = blockIdx.x; rb < tiles; rb += gridDim.x) {
     if (rb != static_cast<int>(blockIdx.x)) start_row_block(rb);
     // The first token tile's h runs two units ahead in registers (it comes from L2: written by launch 1),
-    // in two buffers used alternately.
-    StridedPos act = first_unit;
+    // in two buffers used alternately. Past the range the cursor stays on a valid row (never used).
+    int act_kc = u_begin % chunks, act_j = u_begin / chunks, act_left = my_units;
+    const __nv_bfloat16* act_src = my_units > 0 ? h_row(act_j) + act_kc * kDecodeChunkK : p.h + 32 * t;
+    auto load_next_h = [&](uint32_t (&b)[16]) {
+      load_activations(act_src, b);
+      if (act_left > 0 && --act_left > 0) {
+        act_src += kDecodeChunkK;
+        if (++act_kc == chunks) act_kc = 0, act_src = h_row(++act_j);
+      }
+    };
     uint32_t b_even[16], b_odd[16];
-    load_activations(h_source(act), b_even);
-    walk.next(act);
-    load_activations(h_source(act), b_odd);
-    walk.next(act);
-    StridedPos cur = first_unit;
-    int read_slot = 0;
-    auto step = [&](uint32_t (&b_tile0)[16]) {
+    load_next_h(b_even);
+    load_next_h(b_odd);
+    int cur_kc = u_begin % chunks, cur_j = u_begin / chunks, read_slot = 0;
+    int first = my_units > 0 ? toff[cur_j] : 0, ntok = my_units > 0 ? toff[cur_j + 1] - first : 0;
+    float dot[4] = {};  // the current expert's first token tile, over its chunks so far (up to 8 tokens)
+    // Adds slot_factor * d (routing weight * down_scale2 * 2^9 ...) to the accumulators of tile nt's tokens.
+    auto fold = [&](const float (&d)[4], int nt) {
+#pragma unroll
+      for (int qq = 0; qq < 2; ++qq) {
+        const int col = nt * 8 + 2 * t + qq;
+        if (col >= ntok) continue;
+        const float f = slot_factor[first + col];
+        float* a = acc + sorted_token[first + col] * 16;
+        a[g] = __fadd_rn(a[g], __fmul_rn(d[qq], f));
+        a[g + 8] = __fadd_rn(a[g + 8], __fmul_rn(d[2 + qq], f));
+      }
+      __syncwarp();  // the next fold's lanes may add to the same token's accumulators
+    };
+    auto step = [&](uint32_t (&b_tile0)[16], bool last) {
       cp_async_wait<kStages2 - 2>();
       issue();
       const uint8_t* stage = my_ring + read_slot * kDecodeBlockBytes;
       read_slot = read_slot + 1 == kStages2 ? 0 : read_slot + 1;
       const LaneBlock block = read_lane_block(stage, lane);
-      const int first = toff[cur.outer], ntok = toff[cur.outer + 1] - first;
+      // More than 8 tokens on this expert (rare at decode): every tile's chunk dot is folded at once; the
+      // further tiles' h are loaded in place (b_tile0 is refilled for the unit two ahead below).
       for (int nt = 0; nt * 8 < ntok; ++nt) {
-        float part[4] = {};
-        if (nt > 0) {  // more than 8 tokens on this expert (rare at decode): load in place, into the
-          // buffer whose first tile is used up (it is refilled for the unit two ahead below)
+        if (nt > 0) {
           const int c = nt * 8 + g;
-          load_activations(p.h + size_t(sorted[c < ntok ? first + c : first]) * p.inter + cur.inner * kDecodeChunkK + 32 * t,
+          load_activations(p.h + size_t(sorted[c < ntok ? first + c : first]) * p.inter + cur_kc * kDecodeChunkK + 32 * t,
                            b_tile0);
         }
-        mma_chunk(part, block.row0, block.row1, block.scales, lut, b_tile0);
+        mma_chunk(dot, block.row0, block.row1, block.scales, lut, b_tile0);
+        if (ntok > 8) {
+          fold(dot, nt);
 #pragma unroll
-        for (int qq = 0; qq < 2; ++qq) {
-          const int col = nt * 8 + 2 * t + qq;
-          if (col >= ntok) continue;
-          const float f = slot_factor[first + col];
-          float* a = acc + sorted_token[first + col] * 16;
-          a[g] = __fadd_rn(a[g], __fmul_rn(part[qq], f));
-          a[g + 8] = __fadd_rn(a[g + 8], __fmul_rn(part[2 + qq], f));
+          for (int i = 0; i < 4; ++i) dot[i] = 0.0f;
         }
       }
-      __syncwarp();  // the next unit's lanes may add to the same token's accumulators
-      walk.next(cur);
-      load_activations(h_source(act), b_tile0);  // this buffer now fetches the unit two ahead
-      walk.next(act);
+      if (++cur_kc == chunks || last) {  // the expert's last chunk in this range: fold its dot
+        if (ntok <= 8) fold(dot, 0);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) dot[i] = 0.0f;
+        if (cur_kc == chunks && !last) cur_kc = 0, first = toff[++cur_j], ntok = toff[cur_j + 1] - first;
+      }
+      load_next_h(b_tile0);  // this buffer now fetches the unit two ahead
     };
     for (int i = 0; i < my_units; i += 2) {
-      step(b_even);
-      if (i + 1 < my_units) step(b_odd);
+      step(b_even, i + 1 == my_units);
+      if (i + 1 < my_units) step(b_odd, i + 2 == my_units);
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -580,6 +574,9 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
     }
     __syncthreads();  // accumulators are zeroed for the next row block
   }
+  // Every CTA acquired `ready` before it arrives here: the last to arrive clears it for the next pair.
+  if (threadIdx.x == 0 && atomicAdd(p.record.arrivals, 1) == static_cast<int>(gridDim.x) - 1)
+    atomicExch(p.record.ready, 0);
 }
 
 using Gemm2Kernel = void (*)(Gemm2Params);
@@ -599,7 +596,7 @@ size_t record_bytes(int tk_cap) { return align16(size_t(tk_cap) * 16 + 16) + 256
 Workspace carve(void* workspace, int tk_cap) {
   char* base = static_cast<char*>(workspace);
   Workspace w{};
-  w.record.weights = reinterpret_cast<float*>(base);
+  w.record.factor = reinterpret_cast<float*>(base);
   w.record.touched = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 4);
   w.record.sorted = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 8);
   w.record.toff = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 12);
@@ -700,18 +697,17 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p1.w13 = weights.w13;
     p1.gate_scale2 = weights.gate_scale2;
     p1.up_scale2 = weights.up_scale2;
+    p1.down_scale2 = weights.down_scale2;
     p1.in_scale = w4a4 ? weights.w13_input_scale : nullptr;
     p1.out_scale = w4a4 ? weights.w2_input_scale : nullptr;
     p1.hidden_size = H, p1.inter = I, p1.top_k = K, p1.num_experts = E, p1.tk_cap = tk_cap;
     p1.h = ws.h;
     p1.record = ws.record;
-    if (w4a4) fused_gemm1_kernel<2><<<plan.gemm1_grid, kGemm1Warps * 32, plan.gemm1_smem, stream>>>(p1);
-    else fused_gemm1_kernel<1><<<plan.gemm1_grid, kGemm1Warps * 32, plan.gemm1_smem, stream>>>(p1);
-    FP4MOE_CUDA_CHECK_LAUNCH();
+    // SM90+: launch 1's CTAs are scheduled while the kernel before drains (programmatic dependent launch).
+    launch_maybe_programmatic(w4a4 ? fused_gemm1_kernel<2> : fused_gemm1_kernel<1>, static_cast<unsigned>(plan.gemm1_grid),
+                              static_cast<unsigned>(kGemm1Warps * 32), plan.gemm1_smem, stream, p1);
     Gemm2Params p2{};
     p2.w2 = weights.w2;
-    p2.down_scale2 = weights.down_scale2;
-    p2.in_scale = w4a4 ? weights.w2_input_scale : nullptr;
     p2.h = ws.h;
     p2.record = ws.record;
     p2.tokens = T, p2.hidden_size = H, p2.inter = I, p2.top_k = K, p2.tk_cap = tk_cap;

@@ -102,8 +102,7 @@ __device__ __forceinline__ LaneBlock read_lane_block(const uint8_t* lane_bytes, 
 
 // A position (outer, inner) in a sequence of work pieces numbered outer * inner_count + inner, and the
 // walk that advances it by a fixed stride without a division. Launch 1: outer = token group q (over all
-// touched experts), inner = row block rb, stride = the grid size. Launch 2: outer = touched expert j,
-// inner = K chunk kc of I, stride = the warps per CTA.
+// touched experts), inner = row block rb, stride = the grid size.
 struct StridedPos {
   int outer, inner;
 };
