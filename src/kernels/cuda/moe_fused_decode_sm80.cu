@@ -165,8 +165,23 @@ __device__ __forceinline__ int32_t load_acquire_gpu(const int32_t* address) {
   return value;
 }
 
+// Routing shared between launch 1's CTAs (from plan.route_share_from tokens on): CTA c routes token c
+// (c, c + grid, ...) once, publishes its experts and weights here and sets the token's flag to this
+// launch's tag = epoch + 1; every CTA waits for all T flags and reads the slots. Launch 2's CTA 0 bumps
+// the epoch after launch 1 has completed, so the next launch's tag differs from every flag written so
+// far, and neither the flags nor anything else need a reset (a fresh or cleared workspace holds no tag:
+// 0xFF... reads as epoch -1, tag 0; zeros as tag 1).
+struct SharedRoute {
+  bool on;
+  uint32_t* epoch;  // [1]
+  uint32_t* flags;  // [kFusedDecodeMaxTokens]
+  int32_t* ids;     // [T*K] expert of each slot
+  float* weights;   // [T*K] routing weight of each slot
+};
+
 struct Gemm1Params {
   route_device::RouteParams route;  // tokens = this chunk's T
+  SharedRoute share;
   const __nv_bfloat16* hidden;
   const uint8_t* w13;
   const float* gate_scale2;
@@ -181,6 +196,7 @@ struct Gemm1Params {
 
 struct Gemm2Params {
   const uint8_t* w2;
+  uint32_t* share_epoch;  // SharedRoute::epoch: CTA 0 bumps it at its end (launch 1 has completed)
   const __nv_bfloat16* h;
   RoutingRecord record;
   int tokens, hidden_size, inter, top_k, tk_cap;
@@ -215,19 +231,49 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   // (it starts its prologue on SMs this grid leaves free and waits for us).
   pdl_chain_entry();
 
-  // 1. Route every token (warp per token; score scratch in the ring, not yet in use). Only the record
-  // writer needs the routing weights; the items need the experts alone.
+  // 1. Routing (score scratch in the ring, not yet in use), a warp per token. Few tokens: every CTA
+  // routes them all itself, which waits for no other CTA; only the record writer needs the weights (the
+  // items need the experts alone). More tokens (SharedRoute): warp 0 of CTA c routes tokens c, c + grid,
+  // ... and publishes them; routing each token in every CTA cost up to 20 us of launch 1's prologue at 8
+  // tokens of Qwen3.5-397B (3168 routings competing for the issue slots; docs/perf/2026-12-01-h200-r17.md).
+  // One loop for both (one copy of the routing code: launch 1 at one token is sensitive to code fetch).
   const bool record_writer = blockIdx.x == gridDim.x - 1;
+  const bool shared = p.share.on;
+  const uint32_t tag = shared ? __ldcg(p.share.epoch) + 1u : 0u;
   float* score = reinterpret_cast<float*>(ring) + size_t(warp) * 2 * E;
-  for (int tok = warp; tok < T; tok += kGemm1Warps) {
-    route_token_warp(p.route, tok, score, score + E, route_ids + warp * 32, route_weights + warp * 32, record_writer);
+  const int first_token = shared ? (warp == 0 ? static_cast<int>(blockIdx.x) : T) : warp;
+  const int token_stride = shared ? static_cast<int>(gridDim.x) : kGemm1Warps;
+  for (int tok = first_token; tok < T; tok += token_stride) {
+    route_token_warp(p.route, tok, score, score + E, route_ids + warp * 32, route_weights + warp * 32,
+                     shared || record_writer);
     __syncwarp();
     if (lane < K) {
       const int e = route_ids[warp * 32 + lane];
-      ids[tok * K + lane] = static_cast<int16_t>(e >= 0 && e < E ? e : -1);
-      if (record_writer) slot_weight[tok * K + lane] = route_weights[warp * 32 + lane];
+      if (shared) {
+        p.share.ids[tok * K + lane] = e;
+        p.share.weights[tok * K + lane] = route_weights[warp * 32 + lane];
+      } else {
+        ids[tok * K + lane] = static_cast<int16_t>(e >= 0 && e < E ? e : -1);
+        if (record_writer) slot_weight[tok * K + lane] = route_weights[warp * 32 + lane];
+      }
     }
-    __syncwarp();
+    __syncwarp();  // (shared) the lanes' writes precede lane 0's release
+    if (shared && lane == 0) {
+      __threadfence();
+      atomicExch(p.share.flags + tok, tag);
+    }
+  }
+  if (shared) {  // every token's flag, then the slots
+    if (warp == 0)
+      for (int tok = lane; tok < T; tok += 32)
+        while (static_cast<uint32_t>(load_acquire_gpu(reinterpret_cast<const int32_t*>(p.share.flags + tok))) != tag)
+          __nanosleep(64);
+    __syncthreads();  // orders every thread's reads below after warp 0's acquires
+    for (int slot = threadIdx.x; slot < TK; slot += blockDim.x) {
+      const int e = __ldcg(p.share.ids + slot);
+      ids[slot] = static_cast<int16_t>(e >= 0 && e < E ? e : -1);
+      if (record_writer) slot_weight[slot] = __ldcg(p.share.weights + slot);
+    }
   }
   __syncthreads();
 
@@ -577,6 +623,8 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   // Every CTA acquired `ready` before it arrives here: the last to arrive clears it for the next pair.
   if (threadIdx.x == 0 && atomicAdd(p.record.arrivals, 1) == static_cast<int>(gridDim.x) - 1)
     atomicExch(p.record.ready, 0);
+  // Launch 1 is over (past pdl_wait_for_primary): the next launch 1's shared-routing tag is new.
+  if (blockIdx.x == 0 && threadIdx.x == 0) *p.share_epoch = __ldcg(p.share_epoch) + 1u;
 }
 
 using Gemm2Kernel = void (*)(Gemm2Params);
@@ -587,15 +635,24 @@ Gemm2Kernel gemm2_kernel(int shape) {
 
 int tk_capacity(const MoeProblem& problem) { return static_cast<int>(kFusedDecodeMaxTokens * problem.top_k); }
 
-// Workspace carve: record (weights, touched, toff, sorted, num_touched, ready, arrivals) | h.
+// Workspace carve: record (factor, touched, sorted, toff, num_touched, ready, arrivals) | shared routing
+// (epoch, flags, ids, weights) | h.
 struct Workspace {
   RoutingRecord record;
+  SharedRoute share;
   __nv_bfloat16* h;
 };
-size_t record_bytes(int tk_cap) { return align16(size_t(tk_cap) * 16 + 16) + 256; }  // carve: up to arrivals
+size_t record_bytes(int tk_cap) { return align16(size_t(tk_cap) * 16 + 16); }  // up to arrivals
+size_t share_bytes(int tk_cap) { return 16 + size_t(kFusedDecodeMaxTokens) * 4 + size_t(tk_cap) * 8; }
+size_t head_bytes(int tk_cap) { return (record_bytes(tk_cap) + share_bytes(tk_cap) + 255) / 256 * 256; }
 Workspace carve(void* workspace, int tk_cap) {
   char* base = static_cast<char*>(workspace);
   Workspace w{};
+  char* share = base + record_bytes(tk_cap);
+  w.share.epoch = reinterpret_cast<uint32_t*>(share);
+  w.share.flags = reinterpret_cast<uint32_t*>(share + 16);
+  w.share.ids = reinterpret_cast<int32_t*>(share + 16 + kFusedDecodeMaxTokens * 4);
+  w.share.weights = reinterpret_cast<float*>(share + 16 + kFusedDecodeMaxTokens * 4 + size_t(tk_cap) * 4);
   w.record.factor = reinterpret_cast<float*>(base);
   w.record.touched = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 4);
   w.record.sorted = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 8);
@@ -603,7 +660,7 @@ Workspace carve(void* workspace, int tk_cap) {
   w.record.num_touched = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 16 + 4);
   w.record.ready = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 16 + 8);
   w.record.arrivals = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 16 + 12);
-  w.h = reinterpret_cast<__nv_bfloat16*>(base + (record_bytes(tk_cap) + 255) / 256 * 256);
+  w.h = reinterpret_cast<__nv_bfloat16*>(base + head_bytes(tk_cap));
   return w;
 }
 
@@ -621,7 +678,7 @@ void check_problem(const MoeProblem& problem) {
 size_t moe_fused_decode_workspace_bytes(const MoeProblem& problem) {
   check_problem(problem);
   const int tk_cap = tk_capacity(problem);
-  return (record_bytes(tk_cap) + 255) / 256 * 256 + size_t(tk_cap) * size_t(problem.inter) * 2;
+  return head_bytes(tk_cap) + size_t(tk_cap) * size_t(problem.inter) * 2;
 }
 
 FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiprocessors) {
@@ -645,6 +702,16 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   } else {
     const bool fits = gemm2_smem(tk_cap, kGemm2Shapes[kFusedDecodeDefaultGemm2Shape]).total <= size_t(optin);
     plan.gemm2_shape = fits ? kFusedDecodeDefaultGemm2Shape : 0;
+  }
+  // From how many tokens launch 1's CTAs share the routing (SharedRoute): FP4MOE_FD_ROUTE_SHARE_FROM =
+  // 1..65 (65: never; measurements, tests), else kFusedDecodeDefaultRouteShareFrom.
+  const char* share_env = std::getenv("FP4MOE_FD_ROUTE_SHARE_FROM");
+  if (share_env && share_env[0] != '\0') {
+    char* end = nullptr;
+    const long from = std::strtol(share_env, &end, 10);
+    FP4MOE_CHECK(*end == '\0' && from >= 1 && from <= kFusedDecodeMaxTokens + 1,
+                 "FP4MOE_FD_ROUTE_SHARE_FROM must be 1..", kFusedDecodeMaxTokens + 1, ", not '", share_env, "'");
+    plan.route_share_from = static_cast<int>(from);
   }
   const Gemm2Shape shape2 = kGemm2Shapes[plan.gemm2_shape];
   const auto gemm2 = gemm2_kernel(plan.gemm2_shape);
@@ -703,6 +770,8 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p1.hidden_size = H, p1.inter = I, p1.top_k = K, p1.num_experts = E, p1.tk_cap = tk_cap;
     p1.h = ws.h;
     p1.record = ws.record;
+    p1.share = ws.share;
+    p1.share.on = T >= plan.route_share_from;
     // SM90+: launch 1's CTAs are scheduled while the kernel before drains (programmatic dependent launch).
     launch_maybe_programmatic(w4a4 ? fused_gemm1_kernel<2> : fused_gemm1_kernel<1>, static_cast<unsigned>(plan.gemm1_grid),
                               static_cast<unsigned>(kGemm1Warps * 32), plan.gemm1_smem, stream, p1);
@@ -710,6 +779,7 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p2.w2 = weights.w2;
     p2.h = ws.h;
     p2.record = ws.record;
+    p2.share_epoch = ws.share.epoch;
     p2.tokens = T, p2.hidden_size = H, p2.inter = I, p2.top_k = K, p2.tk_cap = tk_cap;
     p2.out = out + t0 * H;
     // SM90+: launch 2 overlaps launch 1's tail (programmatic dependent launch).

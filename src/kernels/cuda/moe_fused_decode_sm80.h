@@ -1,13 +1,14 @@
 // The fused low-latency decode MoE (cuda.sm80.fused_decode.v1): two launches per chunk of at most
 // kFusedDecodeMaxTokens tokens, SM80 and later.
-//   launch 1: every CTA routes all tokens of the chunk itself (no routing launch), sorts the slots by
-//             expert, and takes (expert, 8-token group, 16- or 32-row block of W13) items: GEMM1, SwiGLU,
-//             h [slot, I] BF16 (W4A4: NVFP4-quantized with w2_input_scale). CTA 0 also writes the
-//             routing record that launch 2 reads.
+//   launch 1: routes the chunk's tokens itself (no routing launch: below plan.route_share_from tokens
+//             every CTA routes them all, from there on each token is routed by one CTA and shared),
+//             sorts the slots by expert, and takes (expert, 8-token group, 16- or 32-row block of W13)
+//             items: GEMM1, SwiGLU, h [slot, I] BF16 (W4A4: NVFP4-quantized with w2_input_scale). Its
+//             last CTA also writes the routing record that launch 2 reads.
 //   launch 2: one CTA per 16 output rows of H streams those rows of W2 for every touched expert, and
 //             adds weight * down_scale2 * (W2 row . h) per token in a fixed order: the combine is
 //             inside the GEMM, so the output is written once, without atomics. It reads the routing
-//             record once CTA 0 of launch 1 flags it and starts its W2 copies before waiting for h.
+//             record once launch 1's writer flags it and starts its W2 copies before waiting for h.
 // Weights: nvfp4_decode_layout.h. Deterministic, allocation-free, no host synchronization, capturable.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -36,6 +37,10 @@ struct FusedDecodeWeights {
 // kFusedDecodeDefaultGemm2Shape, or FP4MOE_FD_GEMM2_SHAPE=0..count-1 (read when planning; measurements, tests).
 inline constexpr int kFusedDecodeGemm2ShapeCount = 2;
 inline constexpr int kFusedDecodeDefaultGemm2Shape = 1;  // 10 warps per CTA
+// From this many tokens per chunk on, launch 1's CTAs share the routing (each token routed by one CTA)
+// instead of each routing every token; FP4MOE_FD_ROUTE_SHARE_FROM=1..65 overrides it when planning
+// (65: never; measurements, tests).
+inline constexpr int kFusedDecodeDefaultRouteShareFrom = 2;
 
 // Launch configuration chosen once per device (grid sizes fixed so that runs can be captured).
 struct FusedDecodePlan {
@@ -44,6 +49,7 @@ struct FusedDecodePlan {
   size_t gemm1_smem = 0;
   size_t gemm2_smem = 0;
   int gemm2_shape = kFusedDecodeDefaultGemm2Shape;  // launch 2's CTA shape (index into the kernel's table)
+  int route_share_from = kFusedDecodeDefaultRouteShareFrom;  // tokens from which launch 1's CTAs share routing
 };
 
 // Sets the kernels' shared-memory attributes on the current device and sizes the persistent grids.
