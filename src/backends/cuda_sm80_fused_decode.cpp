@@ -2,8 +2,10 @@
 // weights (parallel over experts), uploads them and plans the persistent grids; run() only launches.
 #include "backends/cuda_sm80_fused_decode.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/backend_checks.h"
@@ -111,9 +113,13 @@ class CudaSm80FusedDecodeBackend final : public MoeBackend {
     return std::make_unique<PreparedFusedDecode>(problem, weights, max_tokens, device);
   }
 
-  // Batches above kFusedDecodeMaxTokens run as several launch pairs.
+  // Launch 1 shares the routing from fused_decode_route_share_from() tokens per chunk on; batches above
+  // kFusedDecodeMaxTokens run as several launch pairs (the last chunk may route per CTA again).
   std::vector<int64_t> variant_token_counts(const MoeProblem&, int64_t max_tokens, const DeviceInfo&) const override {
-    return first_token_count_of_each_variant(max_tokens, [](int64_t t) { return t > kFusedDecodeMaxTokens; });
+    const int64_t share_from = fused_decode_route_share_from();
+    return first_token_count_of_each_variant(max_tokens, [&](int64_t t) {
+      return std::pair<bool, bool>(t > kFusedDecodeMaxTokens, std::min(t, kFusedDecodeMaxTokens) >= share_from);
+    });
   }
 };
 

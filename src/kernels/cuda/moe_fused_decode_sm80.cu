@@ -675,6 +675,16 @@ void check_problem(const MoeProblem& problem) {
 
 }  // namespace
 
+int fused_decode_route_share_from() {
+  const char* env = std::getenv("FP4MOE_FD_ROUTE_SHARE_FROM");
+  if (env == nullptr || env[0] == '\0') return kFusedDecodeDefaultRouteShareFrom;
+  char* end = nullptr;
+  const long from = std::strtol(env, &end, 10);
+  FP4MOE_CHECK(*end == '\0' && from >= 1 && from <= kFusedDecodeMaxTokens + 1,
+               "FP4MOE_FD_ROUTE_SHARE_FROM must be 1..", kFusedDecodeMaxTokens + 1, ", not '", env, "'");
+  return static_cast<int>(from);
+}
+
 size_t moe_fused_decode_workspace_bytes(const MoeProblem& problem) {
   check_problem(problem);
   const int tk_cap = tk_capacity(problem);
@@ -703,16 +713,7 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
     const bool fits = gemm2_smem(tk_cap, kGemm2Shapes[kFusedDecodeDefaultGemm2Shape]).total <= size_t(optin);
     plan.gemm2_shape = fits ? kFusedDecodeDefaultGemm2Shape : 0;
   }
-  // From how many tokens launch 1's CTAs share the routing (SharedRoute): FP4MOE_FD_ROUTE_SHARE_FROM =
-  // 1..65 (65: never; measurements, tests), else kFusedDecodeDefaultRouteShareFrom.
-  const char* share_env = std::getenv("FP4MOE_FD_ROUTE_SHARE_FROM");
-  if (share_env && share_env[0] != '\0') {
-    char* end = nullptr;
-    const long from = std::strtol(share_env, &end, 10);
-    FP4MOE_CHECK(*end == '\0' && from >= 1 && from <= kFusedDecodeMaxTokens + 1,
-                 "FP4MOE_FD_ROUTE_SHARE_FROM must be 1..", kFusedDecodeMaxTokens + 1, ", not '", share_env, "'");
-    plan.route_share_from = static_cast<int>(from);
-  }
+  plan.route_share_from = fused_decode_route_share_from();
   const Gemm2Shape shape2 = kGemm2Shapes[plan.gemm2_shape];
   const auto gemm2 = gemm2_kernel(plan.gemm2_shape);
   plan.gemm2_smem = gemm2_smem(tk_cap, shape2).total;

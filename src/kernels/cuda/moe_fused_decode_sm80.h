@@ -38,9 +38,14 @@ struct FusedDecodeWeights {
 inline constexpr int kFusedDecodeGemm2ShapeCount = 2;
 inline constexpr int kFusedDecodeDefaultGemm2Shape = 1;  // 10 warps per CTA
 // From this many tokens per chunk on, launch 1's CTAs share the routing (each token routed by one CTA)
-// instead of each routing every token; FP4MOE_FD_ROUTE_SHARE_FROM=1..65 overrides it when planning
-// (65: never; measurements, tests).
-inline constexpr int kFusedDecodeDefaultRouteShareFrom = 2;
+// instead of each routing every token. H200, 2026-12-01 (docs/perf/2026-12-01-h200-r17.md): at 2 tokens
+// the per-CTA routing was faster (Qwen3.5-397B 59.4 against 61.5 us), at 4 the shared one (106.2 against
+// 108.0, in a build whose per-CTA path was slower), at 8 and 64 the shared one by 3-9 %.
+inline constexpr int kFusedDecodeDefaultRouteShareFrom = 4;
+// The threshold in use: FP4MOE_FD_ROUTE_SHARE_FROM = 1..65 (65: never; measurements, tests), else the
+// default. Any other value of the knob is an error. Read by plan_moe_fused_decode and by the backend's
+// declared variants.
+int fused_decode_route_share_from();
 
 // Launch configuration chosen once per device (grid sizes fixed so that runs can be captured).
 struct FusedDecodePlan {

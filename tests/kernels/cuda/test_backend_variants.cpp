@@ -168,11 +168,35 @@ TEST(BackendVariants, SelfRouteKnobIsZeroOrOne) {
   expect_zero_or_one_knob("FP4MOE_SM80_SELF_ROUTE", true, sm80_pipeline_self_route_enabled, "on");
 }
 
-TEST(BackendVariants, FusedDecodeDeclaresTheSecondLaunchChunk) {
+// The fused decode's variants: per-CTA routing, shared routing (from the threshold on), several chunks.
+TEST(BackendVariants, FusedDecodeDeclaresSharedRoutingAndTheSecondLaunchChunk) {
+  unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
   const auto backend = make_cuda_sm80_fused_decode_backend();
-  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1}));
+  const int64_t share = kFusedDecodeDefaultRouteShareFrom;
+  static_assert(kFusedDecodeDefaultRouteShareFrom > 1 && kFusedDecodeDefaultRouteShareFrom <= kFusedDecodeMaxTokens);
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1, share}));
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()),
+            (std::vector<int64_t>{1, share, kFusedDecodeMaxTokens + 1}));
+  setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "65", 1);  // never shared: one variant per chunk count
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()),
             (std::vector<int64_t>{1, kFusedDecodeMaxTokens + 1}));
+  setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "1", 1);  // always shared
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1}));
+  unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
+}
+
+// FP4MOE_FD_ROUTE_SHARE_FROM (measurements, tests): unset = the default, 1..65 taken as given, anything
+// else an error naming the knob.
+TEST(BackendVariants, FusedDecodeRouteShareKnobIsOneTo65) {
+  unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
+  EXPECT_EQ(fused_decode_route_share_from(), kFusedDecodeDefaultRouteShareFrom);
+  for (const char* value : {"1", "7", "65"}) {
+    setenv("FP4MOE_FD_ROUTE_SHARE_FROM", value, 1);
+    EXPECT_EQ(fused_decode_route_share_from(), std::stoi(value)) << value;
+  }
+  for (const char* bad : {"0", "66", "-3", "4x", "four"})
+    expect_knob_rejects("FP4MOE_FD_ROUTE_SHARE_FROM", bad, fused_decode_route_share_from,
+                        "FP4MOE_FD_ROUTE_SHARE_FROM must be 1..65");
 }
 
 #ifdef FP4MOE_HAVE_SM90A
