@@ -9,18 +9,19 @@
 // few (per-item source addresses, then a stride per step): 11
 // integer ops decode 8 FP4 values to bf16x2, one HMUL2 per pair applies the block scale from a 1 KB
 // table (4 scales per lane and chunk), and tokens fill the N dimension instead of padding M.
-// Launch 1 (route + GEMM1 + SwiGLU): each CTA routes all T tokens itself (one warp per token, the
-// pipeline's routing code) and sorts the slots by expert (stable), so no routing launch is needed;
-// items = (expert, 8-token group, 16 rows of W13 = 8 gate + 8 up rows; 32 rows for W4A4, whose h
-// quantization needs a whole 16-column NVFP4 block in one warp), K split over the 8 warps, summed in
-// warp order. Launch 2 (GEMM2 + combine): items = 16 rows of H; the CTA's warps (kGemm2Shapes) split
-// the (expert, K chunk) units in contiguous ranges, each folds weight * down_scale2 * its dot over an
-// expert's chunks into its own fp32 token x row accumulators, summed in warp order at the end. On SM90 both are programmatic dependent launches:
-// launch 2 reads the routing record as soon as launch 1's writer CTA has released it (a flag, long
-// before launch 1 ends) and fills its first W2 ring stages before griddepcontrol.wait; only h waits for
-// launch 1. All orders are fixed: bit-identical reruns. The per-lane steps (activation loads, a chunk's
-// decode + mma, the lane's block copies, the strided walk) are in moe_fused_decode_sm80_steps.cuh, the
-// slot sort in moe_fused_decode_sm80_slots.cuh.
+// Launch 1 (route + GEMM1 + SwiGLU): routes the tokens itself (one warp per token, the pipeline's
+// routing code; below plan.route_share_from tokens every CTA routes them all, from there on each token is
+// routed by one CTA and shared through the workspace) and sorts the slots by expert (stable), so no
+// routing launch is needed; items = (expert, 8-token group, 16 rows of W13 = 8 gate + 8 up rows; 32 rows
+// for W4A4, whose h quantization needs a whole 16-column NVFP4 block in one warp), K split over the 8
+// warps, summed in warp order. Launch 2 (GEMM2 + combine): items = 16 rows of H; the CTA's warps
+// (kGemm2Shapes) split the (expert, K chunk) units in contiguous ranges, each folds weight * down_scale2
+// * its dot over an expert's chunks into its own fp32 token x row accumulators, summed in warp order at
+// the end. On SM90 both are programmatic dependent launches: launch 2 reads the routing record as soon
+// as launch 1's writer CTA has released it (a flag, long before launch 1 ends) and fills its first W2
+// ring stages before griddepcontrol.wait; only h waits for launch 1. All orders are fixed: bit-identical
+// reruns. The per-lane steps (activation loads, a chunk's decode + mma, the lane's block copies, the
+// strided walk) are in moe_fused_decode_sm80_steps.cuh, the slot sort in moe_fused_decode_sm80_slots.cuh.
 #include <cuda_bf16.h>
 
 #include <algorithm>
