@@ -19,9 +19,10 @@
 namespace fp4moe {
 namespace {
 
-// Unsets the shape knob however the test ends, so later tests of this binary plan the default shape.
-struct ShapeKnobReset {
-  ~ShapeKnobReset() { unsetenv("FP4MOE_FD_GEMM2_SHAPE"); }
+// Unsets a planning knob however the test ends, so later tests of this binary plan the default.
+struct KnobReset {
+  const char* knob;
+  ~KnobReset() { unsetenv(knob); }
 };
 
 TEST(FusedDecodeShapes, EveryLaunch2ShapeMatchesTheReferenceAndIsDeterministic) {
@@ -31,7 +32,7 @@ TEST(FusedDecodeShapes, EveryLaunch2ShapeMatchesTheReferenceAndIsDeterministic) 
   FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
   const MoeProblem base = make_moe_problem(6144, 256, 32, 4, ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, 21);
-  const ShapeKnobReset reset;
+  const KnobReset reset{"FP4MOE_FD_GEMM2_SHAPE"};
   for (int shape = 0; shape < kFusedDecodeGemm2ShapeCount; ++shape) {
     ASSERT_EQ(setenv("FP4MOE_FD_GEMM2_SHAPE", std::to_string(shape).c_str(), 1), 0);
     for (ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
@@ -61,9 +62,7 @@ TEST(FusedDecodeRouting, SharedAndPerCtaRoutingGiveTheSameBits) {
   const DeviceInfo* device = test::sm80_device(why);
   if (!device) GTEST_SKIP() << why;
   FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
-  struct KnobReset {
-    ~KnobReset() { unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM"); }
-  } reset;
+  const KnobReset reset{"FP4MOE_FD_ROUTE_SHARE_FROM"};
   const MoeProblem problem = make_moe_problem(1024, 256, 64, 6, ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 23);
   ASSERT_EQ(setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "1", 1), 0);
