@@ -20,8 +20,8 @@
 // the end. On SM90 both are programmatic dependent launches: launch 2 reads the routing record as soon
 // as launch 1's writer CTA has released it (a flag, long before launch 1 ends) and fills its first W2
 // ring stages before griddepcontrol.wait; only h waits for launch 1. All orders are fixed: bit-identical
-// reruns. The per-lane steps (activation loads, a chunk's decode + mma, the lane's block copies, the
-// strided walk) are in moe_fused_decode_sm80_steps.cuh, the slot sort in moe_fused_decode_sm80_slots.cuh.
+// reruns. The per-lane steps (activation loads, a chunk's decode + mma, the lane's block copies) are in
+// moe_fused_decode_sm80_steps.cuh, the slot sort in moe_fused_decode_sm80_slots.cuh.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -31,6 +31,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/moe_fused_decode_sm80.h"
+#include "kernels/cuda/moe_fused_decode_sm80_params.cuh"
 #include "kernels/cuda/moe_fused_decode_sm80_slots.cuh"
 #include "kernels/cuda/moe_fused_decode_sm80_steps.cuh"
 #include "kernels/cuda/moe_route_device.cuh"
@@ -49,165 +50,13 @@ using sm80::cp_async_wait;
 using sm80::kScaleLutCompensation;
 using sm80::mma_bf16;
 using sm80::scale_lut_entry;
-using fused_decode::copy_lane_bytes;
-using fused_decode::LaneBlock;
-using fused_decode::load_activations;
-using fused_decode::mma_chunk;
-using fused_decode::quantize_activations_w4a4;
-using fused_decode::read_lane_block;
-using fused_decode::SlotTables;
-using fused_decode::StridedPos;
-using fused_decode::StridedWalk;
-
-constexpr int kGemm1Warps = 8;  // launch 1: the K chunks of an item are split over the CTA's warps
-// Launch 1's CTAs per SM: the step is a long dependent chain (decode -> HMUL2 -> HMMA), so at one token
-// the time is each warp's chain of steps: W4A16 fits 80 registers for 3 CTAs (24 warps) per SM, shorter
-// chains and more warps to interleave; W4A4's 32-row items need more registers and keep 2.
-__host__ __device__ constexpr int ctas_per_sm1(int mt) { return mt == 1 ? 3 : 2; }
-// cp.async ring stages per warp: 3 steps in flight per warp, 83 KB (W4A4: 110 KB) per SM.
-constexpr int kStages1 = 4;
-constexpr int kTokenGroup = 8;  // tokens per GEMM1 item: one n8 tile (decode has ~1 token per expert)
-constexpr int kLutBytes = 256 * 4;
-static_assert(kStages1 >= 3, "the ring keeps at least two copies in flight");
-
-// Launch 2's CTA shapes (one CTA per 16 rows of H; its warps share the units): warps per CTA, ring stages
-// per warp, CTAs per SM for __launch_bounds__. 8 warps (106 registers, 6 stages) fit 16 warps per SM;
-// 10 warps (96 registers, 5 stages) fit 20, and each warp walks 8 instead of 10 units at one token of
-// Qwen3.5-397B. Both measured the same within 1 % on the H200 (2026-11-30-h200-fused-decode-3.md); 12
-// warps needed <= 80 registers, spilled 148 bytes in the unit loop and were 7-10 % slower (dropped).
-struct Gemm2Shape {
-  int warps, stages, ctas_per_sm;
-};
-inline constexpr Gemm2Shape kGemm2Shapes[] = {{8, 6, 1}, {10, 5, 2}};
-inline constexpr int kGemm2ShapeCount = kFusedDecodeGemm2ShapeCount;
-static_assert(sizeof(kGemm2Shapes) / sizeof(kGemm2Shapes[0]) == kGemm2ShapeCount, "the header counts the shapes");
-static_assert(kFusedDecodeDefaultGemm2Shape >= 0 && kFusedDecodeDefaultGemm2Shape < kGemm2ShapeCount, "default shape");
-static_assert(kGemm2Shapes[0].stages >= 3 && kGemm2Shapes[1].stages >= 3, "the rings keep two copies in flight");
-static_assert(kFusedDecodeMaxTokens % kTokenGroup == 0, "token chunks are whole token groups");
-
-__host__ __device__ constexpr size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
-
-// Launch 1's ring for MT 16-row tiles per item (1: W4A16; 2: W4A4, whose h quantization needs the 16
-// columns of an NVFP4 block, i.e. 32 rows of W13, in one warp). The routing scratch (2 floats per
-// expert and warp) shares it: routing is over before the first copy.
-__host__ __device__ constexpr size_t ring1_bytes(int mt, int num_experts) {
-  return size_t(kGemm1Warps) * kStages1 * mt * kDecodeBlockBytes > size_t(kGemm1Warps) * 2 * num_experts * 4
-             ? size_t(kGemm1Warps) * kStages1 * mt * kDecodeBlockBytes
-             : size_t(kGemm1Warps) * 2 * num_experts * 4;
-}
-
-// Byte offsets of launch 1's shared memory for E experts and tk_cap = kFusedDecodeMaxTokens * K slots.
-struct Gemm1Smem {
-  size_t lut, ring, red, route_ids, route_weights, scan, counts, ids, sorted, touched, toff, gprefix, g2j, slot_weight,
-      misc, total;
-};
-__host__ __device__ inline Gemm1Smem gemm1_smem(int num_experts, int tk_cap, int mt) {
-  Gemm1Smem s{};
-  s.lut = 0;
-  s.ring = kLutBytes;
-  s.red = s.ring + ring1_bytes(mt, num_experts);  // [2 item parities][warps][32 lanes][4 * mt] fp32
-  s.route_ids = s.red + size_t(2) * kGemm1Warps * 32 * 4 * mt * 4;
-  s.route_weights = s.route_ids + kGemm1Warps * 32 * 4;
-  s.scan = s.route_weights + kGemm1Warps * 32 * 4;
-  s.counts = s.scan + kGemm1Warps * 8;  // scan scratch: one uint64 per warp
-  s.ids = align16(s.counts + size_t(num_experts) * 4);
-  s.sorted = align16(s.ids + size_t(tk_cap) * 2);
-  s.touched = align16(s.sorted + size_t(tk_cap) * 2);
-  s.toff = align16(s.touched + size_t(tk_cap) * 2);
-  s.gprefix = align16(s.toff + size_t(tk_cap + 1) * 2);
-  s.g2j = align16(s.gprefix + size_t(tk_cap + 1) * 2);  // token group -> touched expert index
-  s.slot_weight = align16(s.g2j + size_t(tk_cap) * 2);  // routing weight of each slot (the record writer's)
-  s.misc = s.slot_weight + size_t(tk_cap) * 4;
-  s.total = s.misc + 16;
-  return s;
-}
-
-// Launch 2: LUT | ring | accumulators [warps][kFusedDecodeMaxTokens][16] | touched, toff, sorted slots,
-// their tokens (int16) | per sorted slot: routing weight * down_scale2 * 2^9 (* input scale) (fp32, from
-// the record).
-struct Gemm2Smem {
-  size_t lut, ring, acc, touched, toff, sorted, sorted_token, slot_factor, total;
-};
-__host__ __device__ inline Gemm2Smem gemm2_smem(int tk_cap, Gemm2Shape shape) {
-  Gemm2Smem s{};
-  s.lut = 0;
-  s.ring = kLutBytes;
-  s.acc = s.ring + size_t(shape.warps) * shape.stages * kDecodeBlockBytes;
-  s.touched = s.acc + size_t(shape.warps) * kFusedDecodeMaxTokens * 16 * 4;
-  s.toff = align16(s.touched + size_t(tk_cap) * 2);
-  s.sorted = align16(s.toff + size_t(tk_cap + 1) * 2);
-  s.sorted_token = align16(s.sorted + size_t(tk_cap) * 2);
-  s.slot_factor = align16(s.sorted_token + size_t(tk_cap) * 2);
-  s.total = s.slot_factor + size_t(tk_cap) * 4;
-  return s;
-}
-
-// What launch 1 leaves for launch 2 (device workspace, one chunk).
-// Written by one CTA of launch 1, the record writer (the grid's last: it has the fewest items).
-struct RoutingRecord {
-  float* factor;        // [T*K] per sorted slot: its routing weight * down_scale2 * 2^9 (* w2 input scale)
-  int32_t* touched;     // [n] touched experts, ascending
-  int32_t* toff;        // [n + 1] first sorted slot of each touched expert
-  int32_t* sorted;      // [T*K] slots sorted by expert, stable
-  int32_t* num_touched; // [1]
-  // Launch 2 reads the record before griddepcontrol.wait (it only needs the routing, which the writer
-  // finishes long before launch 1's GEMM1 ends): `ready` is kRecordReady from the writer's release on;
-  // `arrivals` counts launch 2's CTAs that saw it, and the last one clears `ready` for the next pair.
-  // Launch 1 zeroes `arrivals` before its release, so any initial workspace contents work. Every entry
-  // launch 2 needs is computed here, so its prologue is one round of independent loads.
-  int32_t* ready;
-  int32_t* arrivals;
-};
-constexpr int32_t kRecordReady = 0x52454144;  // any value a cleared or fresh (0xFF...) workspace does not hold
-
-__device__ __forceinline__ int32_t load_acquire_gpu(const int32_t* address) {
-  int32_t value;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
-  return value;
-}
-
-// Routing shared between launch 1's CTAs (from plan.route_share_from tokens on): CTA c routes token c
-// (c, c + grid, ...) once, publishes its experts and weights here and sets the token's flag to this
-// launch's tag = epoch + 1; every CTA waits for all T flags and reads the slots. Launch 2's CTA 0 bumps
-// the epoch after launch 1 has completed, so the next launch's tag differs from every flag written so
-// far, and neither the flags nor anything else need a reset (a fresh or cleared workspace holds no tag:
-// 0xFF... reads as epoch -1, tag 0; zeros as tag 1).
-struct SharedRoute {
-  bool on;
-  uint32_t* epoch;  // [1]
-  uint32_t* flags;  // [kFusedDecodeMaxTokens]
-  int32_t* ids;     // [T*K] expert of each slot
-  float* weights;   // [T*K] routing weight of each slot
-};
-
-struct Gemm1Params {
-  route_device::RouteParams route;  // tokens = this chunk's T
-  SharedRoute share;
-  const __nv_bfloat16* hidden;
-  const uint8_t* w13;
-  const float* gate_scale2;
-  const float* up_scale2;
-  const float* down_scale2;  // for the record's factors
-  const float* in_scale;   // w13_input_scale (W4A4) or null
-  const float* out_scale;  // w2_input_scale (W4A4) or null
-  int hidden_size, inter, top_k, num_experts, tk_cap;
-  __nv_bfloat16* h;  // [T*K, I]
-  RoutingRecord record;
-};
-
-struct Gemm2Params {
-  const uint8_t* w2;
-  uint32_t* share_epoch;  // SharedRoute::epoch: CTA 0 bumps it at its end (launch 1 has completed)
-  const __nv_bfloat16* h;
-  RoutingRecord record;
-  int tokens, hidden_size, inter, top_k, tk_cap;
-  __nv_bfloat16* out;  // [T, H]
-};
+// The per-lane steps, the slot sort, and the kernels' configuration and layouts (the three headers).
+using namespace fused_decode;
 
 template <int MT>
 __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm1_kernel(Gemm1Params p) {
   extern __shared__ __align__(16) uint8_t smem[];
-  const Gemm1Smem L = gemm1_smem(p.num_experts, p.tk_cap, MT);
+  const Gemm1Smem L = gemm1_smem(p.num_experts, p.tk_cap, MT, p.item_cap);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + L.lut);
   uint8_t* ring = smem + L.ring;
   int32_t* route_ids = reinterpret_cast<int32_t*>(smem + L.route_ids);
@@ -307,6 +156,24 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   }
   int16_t* sorted_token = ids;  // the slots' experts are no longer needed: token of each sorted slot
   for (int i = threadIdx.x; i < TK; i += blockDim.x) sorted_token[i] = static_cast<int16_t>(sorted[i] / K);
+  // This CTA's items c, c + grid, ... (q-major: item = q * row_blocks + rb), one thread per item.
+  const int row_blocks = 2 * p.inter / (kDecodeTileRows * MT);
+  const int chunks = p.hidden_size / kDecodeChunkK;
+  const size_t tile_stride = size_t(chunks) * kDecodeBlockBytes;
+  const size_t expert_stride = size_t(2 * p.inter / kDecodeTileRows) * tile_stride;
+  const int n_items = n_groups * row_blocks;
+  const int my_items =
+      static_cast<int>(blockIdx.x) < n_items ? (n_items - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1 : 0;
+  ItemEntry* items = reinterpret_cast<ItemEntry*>(smem + L.items);
+  for (int i = threadIdx.x; i < my_items; i += blockDim.x) {
+    const int index = static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
+    const int q = index / row_blocks, rb = index - q * row_blocks;
+    const int j = g2j[q];
+    const int first = toff[j] + (q - gprefix[j]) * kTokenGroup;
+    items[i] = ItemEntry{size_t(touched[j]) * expert_stride + size_t(MT) * rb * tile_stride, static_cast<int16_t>(first),
+                         static_cast<int16_t>(min(kTokenGroup, toff[j + 1] - first)), static_cast<int16_t>(rb),
+                         static_cast<int16_t>(j)};
+  }
   __syncthreads();
 
   // 3. Items: (touched expert, 8-token group, 16*MT rows of W13), dealt round-robin over the CTAs
@@ -314,34 +181,26 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   // CTA's warps (warp w: chunks w, w + 8, ...), whose partial sums meet in shared memory at the item's
   // end (fixed warp order). Each warp runs three cursors over its sequence of (item, chunk) steps: the
   // weight copies kStages1 - 1 steps ahead, the activation loads two steps ahead, the mma. A cursor
-  // computes its source address once per item and then only adds a stride per step.
-  const int row_blocks = 2 * p.inter / (kDecodeTileRows * MT);
-  const int chunks = p.hidden_size / kDecodeChunkK;
+  // reads its item's entry once and then only adds a stride per step. (Until r18 each cursor walked the
+  // (q, rb) sequence and recomputed the addresses from the slot tables: ~190 instructions per item and
+  // warp at one token of Qwen3.5-397B, against ~700 in the item's 4 steps; docs/perf/2026-12-01-h200-r18.md.)
   const int per_warp = chunks > warp ? (chunks - warp + kGemm1Warps - 1) / kGemm1Warps : 0;
-  const size_t tile_stride = size_t(chunks) * kDecodeBlockBytes;
-  const size_t expert_stride = size_t(2 * p.inter / kDecodeTileRows) * tile_stride;
-  const StridedWalk walk = StridedWalk::of(static_cast<int>(gridDim.x), row_blocks);  // (q, rb) items
-  const StridedPos first_item = walk.at(static_cast<int>(blockIdx.x));
   // Lane (g, t)'s activations: its token's row (or the item's first token's, see load_activations),
   // chunk `warp`, columns 32t...
-  auto activation_source = [&](const StridedPos& at) -> const __nv_bfloat16* {
-    const int q = at.outer;
-    if (per_warp == 0 || q >= n_groups) return p.hidden + 32 * t;  // never used (token 0's row is valid)
-    const int j = g2j[q];
-    const int first = toff[j] + (q - gprefix[j]) * kTokenGroup;
-    const int slot = first + g < toff[j + 1] ? first + g : first;
+  auto activation_source = [&](int i) -> const __nv_bfloat16* {
+    if (per_warp == 0 || i >= my_items) return p.hidden + 32 * t;  // never used (token 0's row is valid)
+    const ItemEntry item = items[i];
+    const int slot = g < item.ntok ? item.first + g : item.first;
     return p.hidden + size_t(sorted_token[slot]) * p.hidden_size + warp * kDecodeChunkK + 32 * t;
   };
   // ... and its bytes of the item's first layout block (null past the last item or without chunks).
-  auto weight_source = [&](const StridedPos& at) -> const uint8_t* {
-    const int q = at.outer, rb = at.inner;
-    if (per_warp == 0 || q >= n_groups) return nullptr;
-    return p.w13 + size_t(touched[g2j[q]]) * expert_stride + size_t(MT) * rb * tile_stride +
-           size_t(warp) * kDecodeBlockBytes + lane * 16;
+  auto weight_source = [&](int i) -> const uint8_t* {
+    if (per_warp == 0 || i >= my_items) return nullptr;
+    return p.w13 + items[i].w13_offset + size_t(warp) * kDecodeBlockBytes + lane * 16;
   };
   constexpr size_t kStageBytes = size_t(MT) * kDecodeBlockBytes;
   uint8_t* const my_ring = smem + L.ring + size_t(warp) * kStages1 * kStageBytes + lane * 16;
-  StridedPos fetch_item = first_item;
+  int fetch_item = 0;
   int fetch_chunk = 0;
   const uint8_t* fetch_src = weight_source(fetch_item);
   int fill_slot = 0;
@@ -353,14 +212,13 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
       fetch_src += kGemm1Warps * kDecodeBlockBytes;
       if (++fetch_chunk == per_warp) {
         fetch_chunk = 0;
-        walk.next(fetch_item);
-        fetch_src = weight_source(fetch_item);
+        fetch_src = weight_source(++fetch_item);
       }
     }
     cp_async_commit();
     fill_slot = fill_slot + 1 == kStages1 ? 0 : fill_slot + 1;
   };
-  StridedPos act_item = first_item;
+  int act_item = 0;
   int act_chunk = 0;
   const __nv_bfloat16* act_src = activation_source(act_item);
   auto load_next_activations = [&](uint32_t (&b)[16]) {  // the activation cursor's step, then advance it
@@ -370,8 +228,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
     act_src += per_warp > 0 ? kGemm1Warps * kDecodeChunkK : 0;
     if (per_warp > 0 && ++act_chunk == per_warp) {
       act_chunk = 0;
-      walk.next(act_item);
-      act_src = activation_source(act_item);
+      act_src = activation_source(++act_item);
     }
   };
   for (int s = 0; s < kStages1 - 1; ++s) issue();
@@ -395,10 +252,9 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
     load_next_activations(b);  // this buffer now fetches the step two ahead
     parity ^= 1;
   };
-  int item_index = 0;
-  for (StridedPos cur = first_item; cur.outer < n_groups; walk.next(cur), ++item_index) {
-    const int q = cur.outer, rb = cur.inner;
-    const float w4a4_scale = MT == 2 ? p.in_scale[touched[g2j[q]]] : 0.0f;
+  for (int item_index = 0; item_index < my_items; ++item_index) {
+    const ItemEntry item = items[item_index];
+    const float w4a4_scale = MT == 2 ? p.in_scale[touched[item.j]] : 0.0f;
     for (int c = 0; c < per_warp; ++c) {
       if (parity == 0) step(b_even, w4a4_scale);
       else step(b_odd, w4a4_scale);
@@ -423,10 +279,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
       for (int w = 1; w < kGemm1Warps; ++w) v = __fadd_rn(v, item_red[(w * 32 + lane) * 4 * MT + i]);
       sum[i / 4][i % 4] = v;
     }
-    const int j = g2j[q];
-    const int e = touched[j];
-    const int first = toff[j] + (q - gprefix[j]) * kTokenGroup;
-    const int ntok = min(kTokenGroup, toff[j + 1] - first);
+    const int e = touched[item.j], first = item.first, ntok = item.ntok, rb = item.rb;
     const float in_scale = MT == 2 ? p.in_scale[e] : 1.0f;
     const float fg = __fmul_rn(__fmul_rn(p.gate_scale2[e], kScaleLutCompensation), in_scale);
     const float fu = __fmul_rn(__fmul_rn(p.up_scale2[e], kScaleLutCompensation), in_scale);
@@ -462,7 +315,10 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   cp_async_wait<0>();
 }
 
-template <int kShape>
+// kOneTile: at most kTokenGroup tokens (every chunk of decode's usual sizes), so no expert has more than
+// one 8-token tile: the step has no tile loop and folds once per expert and range (fewer instructions
+// and branches per unit; at one token of Qwen3.5-397B launch 2 issues ~6 M warp instructions).
+template <int kShape, bool kOneTile>
 __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[kShape].ctas_per_sm)
     fused_gemm2_kernel(Gemm2Params p) {
   constexpr int kGemm2Warps = kGemm2Shapes[kShape].warps, kStages2 = kGemm2Shapes[kShape].stages;
@@ -585,23 +441,27 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
       const uint8_t* stage = my_ring + read_slot * kDecodeBlockBytes;
       read_slot = read_slot + 1 == kStages2 ? 0 : read_slot + 1;
       const LaneBlock block = read_lane_block(stage, lane);
-      // More than 8 tokens on this expert (rare at decode): every tile's chunk dot is folded at once; the
-      // further tiles' h are loaded in place (b_tile0 is refilled for the unit two ahead below).
-      for (int nt = 0; nt * 8 < ntok; ++nt) {
-        if (nt > 0) {
-          const int c = nt * 8 + g;
-          load_activations(p.h + size_t(sorted[c < ntok ? first + c : first]) * p.inter + cur_kc * kDecodeChunkK + 32 * t,
-                           b_tile0);
-        }
+      if constexpr (kOneTile) {
         mma_chunk(dot, block.row0, block.row1, block.scales, lut, b_tile0);
-        if (ntok > 8) {
-          fold(dot, nt);
+      } else {
+        // More than 8 tokens on this expert (rare at decode): every tile's chunk dot is folded at once; the
+        // further tiles' h are loaded in place (b_tile0 is refilled for the unit two ahead below).
+        for (int nt = 0; nt * 8 < ntok; ++nt) {
+          if (nt > 0) {
+            const int c = nt * 8 + g;
+            load_activations(
+                p.h + size_t(sorted[c < ntok ? first + c : first]) * p.inter + cur_kc * kDecodeChunkK + 32 * t, b_tile0);
+          }
+          mma_chunk(dot, block.row0, block.row1, block.scales, lut, b_tile0);
+          if (ntok > 8) {
+            fold(dot, nt);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) dot[i] = 0.0f;
+            for (int i = 0; i < 4; ++i) dot[i] = 0.0f;
+          }
         }
       }
       if (++cur_kc == chunks || last) {  // the expert's last chunk in this range: fold its dot
-        if (ntok <= 8) fold(dot, 0);
+        if (kOneTile || ntok <= 8) fold(dot, 0);
 #pragma unroll
         for (int i = 0; i < 4; ++i) dot[i] = 0.0f;
         if (cur_kc == chunks && !last) cur_kc = 0, first = toff[++cur_j], ntok = toff[cur_j + 1] - first;
@@ -629,9 +489,10 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
 }
 
 using Gemm2Kernel = void (*)(Gemm2Params);
-Gemm2Kernel gemm2_kernel(int shape) {
+Gemm2Kernel gemm2_kernel(int shape, bool one_tile) {
   FP4MOE_CHECK(shape >= 0 && shape < kGemm2ShapeCount, "fused decode: unknown launch-2 shape ", shape);
-  return shape == 0 ? fused_gemm2_kernel<0> : fused_gemm2_kernel<1>;
+  if (shape == 0) return one_tile ? fused_gemm2_kernel<0, true> : fused_gemm2_kernel<0, false>;
+  return one_tile ? fused_gemm2_kernel<1, true> : fused_gemm2_kernel<1, false>;
 }
 
 int tk_capacity(const MoeProblem& problem) { return static_cast<int>(kFusedDecodeMaxTokens * problem.top_k); }
@@ -698,7 +559,6 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   const int tk_cap = tk_capacity(problem);
   FusedDecodePlan plan;
   const bool w4a4 = problem.activation_mode == ActivationMode::kW4A4;
-  plan.gemm1_smem = gemm1_smem(static_cast<int>(problem.num_experts), tk_cap, w4a4 ? 2 : 1).total;
   int device = 0, optin = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
@@ -716,25 +576,46 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   }
   plan.route_share_from = fused_decode_route_share_from();
   const Gemm2Shape shape2 = kGemm2Shapes[plan.gemm2_shape];
-  const auto gemm2 = gemm2_kernel(plan.gemm2_shape);
   plan.gemm2_smem = gemm2_smem(tk_cap, shape2).total;
-  FP4MOE_CHECK(plan.gemm1_smem <= size_t(optin) && plan.gemm2_smem <= size_t(optin), "fused decode: needs ",
-               std::max(plan.gemm1_smem, plan.gemm2_smem), " bytes of shared memory per block, the device allows ",
-               optin);
+  FP4MOE_CHECK(plan.gemm2_smem <= size_t(optin), "fused decode: launch 2 needs ", plan.gemm2_smem,
+               " bytes of shared memory per block, the device allows ", optin);
+  // Launch 1's grid and shared memory depend on each other: its item table holds the most items a CTA
+  // takes (at most tk_cap token groups x row blocks, over the grid), and the table's size can lower the
+  // CTAs per SM. Start from ctas_per_sm1 per SM and shrink the grid until its table fits its occupancy.
+  const int mt = w4a4 ? 2 : 1;
   const auto gemm1 = w4a4 ? fused_gemm1_kernel<2> : fused_gemm1_kernel<1>;
-  FP4MOE_CUDA_CHECK(
-      cudaFuncSetAttribute(gemm1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.gemm1_smem)));
-  FP4MOE_CUDA_CHECK(
-      cudaFuncSetAttribute(gemm2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.gemm2_smem)));
-  int occupancy1 = 0, occupancy2 = 0;
-  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy1, gemm1, kGemm1Warps * 32,
-                                                                  plan.gemm1_smem));
-  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy2, gemm2, shape2.warps * 32,
-                                                                  plan.gemm2_smem));
-  FP4MOE_CHECK(occupancy1 >= 1 && occupancy2 >= 1, "fused decode: the kernels cannot be resident on this device");
-  // Persistent grid, every CTA resident. Items come in rounds over the grid: one token's 10 experts x 128
-  // tiles = 1280 items are 3.2 rounds on 396 CTAs, so the longest CTA does 4 items (16 steps per warp).
-  plan.gemm1_grid = std::min(occupancy1, ctas_per_sm1(w4a4 ? 2 : 1)) * multiprocessors;
+  const int64_t max_items = int64_t(tk_cap) * (2 * problem.inter / (kDecodeTileRows * mt));
+  for (int per_sm = ctas_per_sm1(mt);;) {
+    const int64_t grid = int64_t(per_sm) * multiprocessors;
+    plan.gemm1_item_cap = static_cast<int>((max_items + grid - 1) / grid);
+    plan.gemm1_smem = gemm1_smem(static_cast<int>(problem.num_experts), tk_cap, mt, plan.gemm1_item_cap).total;
+    FP4MOE_CHECK(plan.gemm1_smem <= size_t(optin), "fused decode: launch 1 needs ", plan.gemm1_smem,
+                 " bytes of shared memory per block with ", per_sm, " CTAs per SM, the device allows ", optin);
+    FP4MOE_CUDA_CHECK(
+        cudaFuncSetAttribute(gemm1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.gemm1_smem)));
+    int occupancy1 = 0;
+    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy1, gemm1, kGemm1Warps * 32,
+                                                                    plan.gemm1_smem));
+    FP4MOE_CHECK(occupancy1 >= 1, "fused decode: launch 1 cannot be resident on this device");
+    if (occupancy1 >= per_sm) {
+      // Persistent grid, every CTA resident. Items come in rounds over the grid: one token's 10 experts x
+      // 128 tiles = 1280 items are 3.2 rounds on 396 CTAs, so the longest CTA does 4 items (16 steps per warp).
+      plan.gemm1_grid = static_cast<int>(grid);
+      break;
+    }
+    per_sm = occupancy1;
+  }
+  int occupancy2 = 1 << 30;
+  for (const bool one_tile : {false, true}) {  // both forms of launch 2 run on the same grid
+    const auto gemm2 = gemm2_kernel(plan.gemm2_shape, one_tile);
+    FP4MOE_CUDA_CHECK(
+        cudaFuncSetAttribute(gemm2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.gemm2_smem)));
+    int occupancy = 0;
+    FP4MOE_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy, gemm2, shape2.warps * 32, plan.gemm2_smem));
+    occupancy2 = std::min(occupancy2, occupancy);
+  }
+  FP4MOE_CHECK(occupancy2 >= 1, "fused decode: launch 2 cannot be resident on this device");
   plan.gemm2_grid = static_cast<int>(std::min<int64_t>(problem.hidden / kDecodeTileRows, int64_t(occupancy2) * multiprocessors));
   return plan;
 }
@@ -754,7 +635,13 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
   const int E = static_cast<int>(problem.num_experts), K = static_cast<int>(problem.top_k);
   const int tk_cap = tk_capacity(problem);
   const Workspace ws = carve(run.workspace, tk_cap);
-  const auto gemm2 = gemm2_kernel(plan.gemm2_shape);  // checks the shape index
+  // The item table (ItemEntry) must hold every CTA's items: at most tk_cap groups x row blocks over the grid.
+  FP4MOE_CHECK(int64_t(plan.gemm1_item_cap) * plan.gemm1_grid >=
+                   int64_t(tk_cap) * (2 * I / (kDecodeTileRows * (w4a4 ? 2 : 1))),
+               "fused decode: the plan's item table (", plan.gemm1_item_cap, " per CTA) does not cover its grid (",
+               plan.gemm1_grid, " CTAs)");
+  FP4MOE_CHECK(plan.gemm2_shape >= 0 && plan.gemm2_shape < kGemm2ShapeCount, "fused decode: unknown launch-2 shape ",
+               plan.gemm2_shape);
   const auto* hidden = static_cast<const __nv_bfloat16*>(run.hidden);
   auto* out = static_cast<__nv_bfloat16*>(run.out);
   for (int64_t t0 = 0; t0 < run.tokens; t0 += kFusedDecodeMaxTokens) {
@@ -770,6 +657,7 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p1.in_scale = w4a4 ? weights.w13_input_scale : nullptr;
     p1.out_scale = w4a4 ? weights.w2_input_scale : nullptr;
     p1.hidden_size = H, p1.inter = I, p1.top_k = K, p1.num_experts = E, p1.tk_cap = tk_cap;
+    p1.item_cap = plan.gemm1_item_cap;
     p1.h = ws.h;
     p1.record = ws.record;
     p1.share = ws.share;
@@ -784,8 +672,9 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p2.share_epoch = ws.share.epoch;
     p2.tokens = T, p2.hidden_size = H, p2.inter = I, p2.top_k = K, p2.tk_cap = tk_cap;
     p2.out = out + t0 * H;
-    // SM90+: launch 2 overlaps launch 1's tail (programmatic dependent launch).
-    launch_maybe_programmatic(gemm2, static_cast<unsigned>(plan.gemm2_grid),
+    // SM90+: launch 2 overlaps launch 1's tail (programmatic dependent launch). Up to 8 tokens, every
+    // expert's tokens are one tile.
+    launch_maybe_programmatic(gemm2_kernel(plan.gemm2_shape, T <= kTokenGroup), static_cast<unsigned>(plan.gemm2_grid),
                               static_cast<unsigned>(kGemm2Shapes[plan.gemm2_shape].warps * 32),  // index checked above
                               plan.gemm2_smem, stream, p2);
   }

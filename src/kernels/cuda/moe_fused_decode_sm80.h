@@ -52,6 +52,7 @@ struct FusedDecodePlan {
   int gemm1_grid = 0;
   int gemm2_grid = 0;
   size_t gemm1_smem = 0;
+  int gemm1_item_cap = 0;  // launch 1's item table: the most items a CTA of its grid takes
   size_t gemm2_smem = 0;
   int gemm2_shape = kFusedDecodeDefaultGemm2Shape;  // launch 2's CTA shape (index into the kernel's table)
   int route_share_from = kFusedDecodeDefaultRouteShareFrom;  // tokens from which launch 1's CTAs share routing

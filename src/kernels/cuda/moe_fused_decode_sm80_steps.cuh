@@ -1,7 +1,7 @@
 // The fused decode kernels' per-lane steps (moe_fused_decode_sm80.cu): activation loads, the W4A4
 // activation quantization, one chunk's decode + mma, the lane's copies and reads of a weight block in
-// the nvfp4_decode_layout.h layout and the strided work walk (the programmatic-dependent-launch hooks
-// are common/programmatic_launch.cuh). Device code for SM80+; included by that one file, split off to
+// the nvfp4_decode_layout.h layout, a flag's acquire (the programmatic-dependent-launch hooks are
+// common/programmatic_launch.cuh). Device code for SM80+; included by that one file, split off to
 // keep it readable.
 #pragma once
 #include <cuda_bf16.h>
@@ -30,6 +30,13 @@ __device__ __forceinline__ void load_activations(const __nv_bfloat16* row, uint3
     const uint4 q = __ldg(src + v);
     b[4 * v] = q.x, b[4 * v + 1] = q.y, b[4 * v + 2] = q.z, b[4 * v + 3] = q.w;
   }
+}
+
+// A flag another CTA released (a fence, then an atomic store): what it wrote before is visible after this.
+__device__ __forceinline__ int32_t load_acquire_gpu(const int32_t* address) {
+  int32_t value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+  return value;
 }
 
 // W4A4: NVFP4 quantize-dequantize of the lane's two whole 16-value blocks with the expert's input
@@ -99,23 +106,5 @@ __device__ __forceinline__ LaneBlock read_lane_block(const uint8_t* lane_bytes, 
                    *reinterpret_cast<const uint4*>(lane_bytes + kDecodeHalfBytes),
                    *reinterpret_cast<const uint32_t*>(lane_bytes + kDecodeScaleOffset - lane * 12)};
 }
-
-// A position (outer, inner) in a sequence of work pieces numbered outer * inner_count + inner, and the
-// walk that advances it by a fixed stride without a division. Launch 1: outer = token group q (over all
-// touched experts), inner = row block rb, stride = the grid size.
-struct StridedPos {
-  int outer, inner;
-};
-struct StridedWalk {
-  int stride_outer, stride_inner, inner_count;
-  __host__ __device__ static StridedWalk of(int stride, int inner_count) {
-    return StridedWalk{stride / inner_count, stride % inner_count, inner_count};
-  }
-  __device__ __forceinline__ StridedPos at(int index) const { return StridedPos{index / inner_count, index % inner_count}; }
-  __device__ __forceinline__ void next(StridedPos& pos) const {
-    pos.outer += stride_outer, pos.inner += stride_inner;
-    if (pos.inner >= inner_count) pos.inner -= inner_count, ++pos.outer;
-  }
-};
 
 }  // namespace fp4moe::fused_decode

@@ -1,0 +1,167 @@
+// The fused decode kernels' configuration and data layouts (moe_fused_decode_sm80.cu): CTA shapes and
+// ring depths, the shared-memory carve of each launch (with launch 1's item table), the routing record
+// launch 1 leaves for launch 2, the shared routing's workspace and the kernels' parameters. Host and
+// device code (the plan sizes shared memory with the same functions the kernels carve it with); included
+// by that one file, split off to keep it readable.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/moe_fused_decode_sm80.h"
+#include "kernels/cuda/moe_route_device.cuh"
+#include "kernels/cuda/nvfp4_decode_layout.h"
+
+namespace fp4moe::fused_decode {
+
+constexpr int kGemm1Warps = 8;  // launch 1: the K chunks of an item are split over the CTA's warps
+// Launch 1's CTAs per SM: the step is a long dependent chain (decode -> HMUL2 -> HMMA), so at one token
+// the time is each warp's chain of steps: W4A16 fits 80 registers for 3 CTAs (24 warps) per SM, shorter
+// chains and more warps to interleave; W4A4's 32-row items need more registers and keep 2.
+__host__ __device__ constexpr int ctas_per_sm1(int mt) { return mt == 1 ? 3 : 2; }
+// cp.async ring stages per warp: 3 steps in flight per warp, 83 KB (W4A4: 110 KB) per SM.
+constexpr int kStages1 = 4;
+constexpr int kTokenGroup = 8;  // tokens per GEMM1 item: one n8 tile (decode has ~1 token per expert)
+constexpr int kLutBytes = 256 * 4;
+static_assert(kStages1 >= 3, "the ring keeps at least two copies in flight");
+
+// Launch 2's CTA shapes (one CTA per 16 rows of H; its warps share the units): warps per CTA, ring stages
+// per warp, CTAs per SM for __launch_bounds__. 8 warps (106 registers, 6 stages) fit 16 warps per SM;
+// 10 warps (96 registers, 5 stages) fit 20, and each warp walks 8 instead of 10 units at one token of
+// Qwen3.5-397B. Both measured the same within 1 % on the H200 (2026-11-30-h200-fused-decode-3.md); 12
+// warps needed <= 80 registers, spilled 148 bytes in the unit loop and were 7-10 % slower (dropped).
+struct Gemm2Shape {
+  int warps, stages, ctas_per_sm;
+};
+inline constexpr Gemm2Shape kGemm2Shapes[] = {{8, 6, 1}, {10, 5, 2}};
+inline constexpr int kGemm2ShapeCount = kFusedDecodeGemm2ShapeCount;
+static_assert(sizeof(kGemm2Shapes) / sizeof(kGemm2Shapes[0]) == kGemm2ShapeCount, "the header counts the shapes");
+static_assert(kFusedDecodeDefaultGemm2Shape >= 0 && kFusedDecodeDefaultGemm2Shape < kGemm2ShapeCount, "default shape");
+static_assert(kGemm2Shapes[0].stages >= 3 && kGemm2Shapes[1].stages >= 3, "the rings keep two copies in flight");
+static_assert(kFusedDecodeMaxTokens % kTokenGroup == 0, "token chunks are whole token groups");
+
+__host__ __device__ constexpr size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+// Launch 1's ring for MT 16-row tiles per item (1: W4A16; 2: W4A4, whose h quantization needs the 16
+// columns of an NVFP4 block, i.e. 32 rows of W13, in one warp). The routing scratch (2 floats per
+// expert and warp) shares it: routing is over before the first copy.
+__host__ __device__ constexpr size_t ring1_bytes(int mt, int num_experts) {
+  return size_t(kGemm1Warps) * kStages1 * mt * kDecodeBlockBytes > size_t(kGemm1Warps) * 2 * num_experts * 4
+             ? size_t(kGemm1Warps) * kStages1 * mt * kDecodeBlockBytes
+             : size_t(kGemm1Warps) * 2 * num_experts * 4;
+}
+
+// One of a CTA's GEMM1 items, listed once per launch so that the cursors read it instead of recomputing it.
+struct ItemEntry {
+  uint64_t w13_offset;  // byte offset of the item's first layout block: expert, 16 MT rows (row block rb)
+  int16_t first, ntok;  // the item's sorted slots [first, first + ntok)
+  int16_t rb, j;        // its row block and touched-expert index
+};
+static_assert(sizeof(ItemEntry) == 16, "one 16-byte shared-memory load per entry");
+
+// Byte offsets of launch 1's shared memory for E experts and tk_cap = kFusedDecodeMaxTokens * K slots.
+struct Gemm1Smem {
+  size_t lut, ring, red, route_ids, route_weights, scan, counts, ids, sorted, touched, toff, gprefix, g2j, slot_weight,
+      misc, items, total;
+};
+// item_cap: the most items a CTA takes (plan: groups <= slots, so tk_cap x row blocks over the grid).
+__host__ __device__ inline Gemm1Smem gemm1_smem(int num_experts, int tk_cap, int mt, int item_cap) {
+  Gemm1Smem s{};
+  s.lut = 0;
+  s.ring = kLutBytes;
+  s.red = s.ring + ring1_bytes(mt, num_experts);  // [2 item parities][warps][32 lanes][4 * mt] fp32
+  s.route_ids = s.red + size_t(2) * kGemm1Warps * 32 * 4 * mt * 4;
+  s.route_weights = s.route_ids + kGemm1Warps * 32 * 4;
+  s.scan = s.route_weights + kGemm1Warps * 32 * 4;
+  s.counts = s.scan + kGemm1Warps * 8;  // scan scratch: one uint64 per warp
+  s.ids = align16(s.counts + size_t(num_experts) * 4);
+  s.sorted = align16(s.ids + size_t(tk_cap) * 2);
+  s.touched = align16(s.sorted + size_t(tk_cap) * 2);
+  s.toff = align16(s.touched + size_t(tk_cap) * 2);
+  s.gprefix = align16(s.toff + size_t(tk_cap + 1) * 2);
+  s.g2j = align16(s.gprefix + size_t(tk_cap + 1) * 2);  // token group -> touched expert index
+  s.slot_weight = align16(s.g2j + size_t(tk_cap) * 2);  // routing weight of each slot (the record writer's)
+  s.misc = s.slot_weight + size_t(tk_cap) * 4;
+  s.items = s.misc + 16;  // 16-byte aligned: slot_weight is, and tk_cap * 4 is a multiple of 16 (tk_cap = 64 K)
+  s.total = s.items + size_t(item_cap) * sizeof(ItemEntry);
+  return s;
+}
+
+// Launch 2: LUT | ring | accumulators [warps][kFusedDecodeMaxTokens][16] | touched, toff, sorted slots,
+// their tokens (int16) | per sorted slot: routing weight * down_scale2 * 2^9 (* input scale) (fp32, from
+// the record).
+struct Gemm2Smem {
+  size_t lut, ring, acc, touched, toff, sorted, sorted_token, slot_factor, total;
+};
+__host__ __device__ inline Gemm2Smem gemm2_smem(int tk_cap, Gemm2Shape shape) {
+  Gemm2Smem s{};
+  s.lut = 0;
+  s.ring = kLutBytes;
+  s.acc = s.ring + size_t(shape.warps) * shape.stages * kDecodeBlockBytes;
+  s.touched = s.acc + size_t(shape.warps) * kFusedDecodeMaxTokens * 16 * 4;
+  s.toff = align16(s.touched + size_t(tk_cap) * 2);
+  s.sorted = align16(s.toff + size_t(tk_cap + 1) * 2);
+  s.sorted_token = align16(s.sorted + size_t(tk_cap) * 2);
+  s.slot_factor = align16(s.sorted_token + size_t(tk_cap) * 2);
+  s.total = s.slot_factor + size_t(tk_cap) * 4;
+  return s;
+}
+
+// What launch 1 leaves for launch 2 (device workspace, one chunk).
+// Written by one CTA of launch 1, the record writer (the grid's last: it has the fewest items).
+struct RoutingRecord {
+  float* factor;        // [T*K] per sorted slot: its routing weight * down_scale2 * 2^9 (* w2 input scale)
+  int32_t* touched;     // [n] touched experts, ascending
+  int32_t* toff;        // [n + 1] first sorted slot of each touched expert
+  int32_t* sorted;      // [T*K] slots sorted by expert, stable
+  int32_t* num_touched; // [1]
+  // Launch 2 reads the record before griddepcontrol.wait (it only needs the routing, which the writer
+  // finishes long before launch 1's GEMM1 ends): `ready` is kRecordReady from the writer's release on;
+  // `arrivals` counts launch 2's CTAs that saw it, and the last one clears `ready` for the next pair.
+  // Launch 1 zeroes `arrivals` before its release, so any initial workspace contents work. Every entry
+  // launch 2 needs is computed here, so its prologue is one round of independent loads.
+  int32_t* ready;
+  int32_t* arrivals;
+};
+constexpr int32_t kRecordReady = 0x52454144;  // any value a cleared or fresh (0xFF...) workspace does not hold
+
+// Routing shared between launch 1's CTAs (from plan.route_share_from tokens on): CTA c routes token c
+// (c, c + grid, ...) once, publishes its experts and weights here and sets the token's flag to this
+// launch's tag = epoch + 1; every CTA waits for all T flags and reads the slots. Launch 2's CTA 0 bumps
+// the epoch after launch 1 has completed, so the next launch's tag differs from every flag written so
+// far, and neither the flags nor anything else need a reset (a fresh or cleared workspace holds no tag:
+// 0xFF... reads as epoch -1, tag 0; zeros as tag 1).
+struct SharedRoute {
+  bool on;
+  uint32_t* epoch;  // [1]
+  uint32_t* flags;  // [kFusedDecodeMaxTokens]
+  int32_t* ids;     // [T*K] expert of each slot
+  float* weights;   // [T*K] routing weight of each slot
+};
+
+struct Gemm1Params {
+  route_device::RouteParams route;  // tokens = this chunk's T
+  SharedRoute share;
+  const __nv_bfloat16* hidden;
+  const uint8_t* w13;
+  const float* gate_scale2;
+  const float* up_scale2;
+  const float* down_scale2;  // for the record's factors
+  const float* in_scale;   // w13_input_scale (W4A4) or null
+  const float* out_scale;  // w2_input_scale (W4A4) or null
+  int hidden_size, inter, top_k, num_experts, tk_cap, item_cap;
+  __nv_bfloat16* h;  // [T*K, I]
+  RoutingRecord record;
+};
+
+struct Gemm2Params {
+  const uint8_t* w2;
+  uint32_t* share_epoch;  // SharedRoute::epoch: CTA 0 bumps it at its end (launch 1 has completed)
+  const __nv_bfloat16* h;
+  RoutingRecord record;
+  int tokens, hidden_size, inter, top_k, tk_cap;
+  __nv_bfloat16* out;  // [T, H]
+};
+
+}  // namespace fp4moe::fused_decode
