@@ -162,17 +162,18 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   const size_t tile_stride = size_t(chunks) * kDecodeBlockBytes;
   const size_t expert_stride = size_t(2 * p.inter / kDecodeTileRows) * tile_stride;
   const int n_items = n_groups * row_blocks;
-  const int my_items =
-      static_cast<int>(blockIdx.x) < n_items ? (n_items - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1 : 0;
+  const int my_items = static_cast<int>(blockIdx.x) < n_items
+                           ? (n_items - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1
+                           : 0;
   ItemEntry* items = reinterpret_cast<ItemEntry*>(smem + L.items);
   for (int i = threadIdx.x; i < my_items; i += blockDim.x) {
     const int index = static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
     const int q = index / row_blocks, rb = index - q * row_blocks;
     const int j = g2j[q];
     const int first = toff[j] + (q - gprefix[j]) * kTokenGroup;
-    items[i] = ItemEntry{size_t(touched[j]) * expert_stride + size_t(MT) * rb * tile_stride, static_cast<int16_t>(first),
-                         static_cast<int16_t>(min(kTokenGroup, toff[j + 1] - first)), static_cast<int16_t>(rb),
-                         static_cast<int16_t>(j)};
+    items[i] = ItemEntry{size_t(touched[j]) * expert_stride + size_t(MT) * rb * tile_stride,
+                         static_cast<int16_t>(first), static_cast<int16_t>(min(kTokenGroup, toff[j + 1] - first)),
+                         static_cast<int16_t>(rb), static_cast<int16_t>(j)};
   }
   __syncthreads();
 
