@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   int16_t* sorted_token = ids;  // the slots' experts are no longer needed: token of each sorted slot
   for (int i = threadIdx.x; i < TK; i += blockDim.x) sorted_token[i] = static_cast<int16_t>(sorted[i] / K);
   // This CTA's items c, c + grid, ... (q-major: item = q * row_blocks + rb), one thread per item.
-  const int row_blocks = 2 * p.inter / (kDecodeTileRows * MT);
+  const int row_blocks = gemm1_row_blocks(p.inter, MT);
   const int chunks = p.hidden_size / kDecodeChunkK;
   const size_t tile_stride = size_t(chunks) * kDecodeBlockBytes;
   const size_t expert_stride = size_t(2 * p.inter / kDecodeTileRows) * tile_stride;
@@ -585,7 +585,7 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   // CTAs per SM. Start from ctas_per_sm1 per SM and shrink the grid until its table fits its occupancy.
   const int mt = w4a4 ? 2 : 1;
   const auto gemm1 = w4a4 ? fused_gemm1_kernel<2> : fused_gemm1_kernel<1>;
-  const int64_t max_items = int64_t(tk_cap) * (2 * problem.inter / (kDecodeTileRows * mt));
+  const int64_t max_items = gemm1_max_items(tk_cap, static_cast<int>(problem.inter), mt);
   for (int per_sm = ctas_per_sm1(mt);;) {
     const int64_t grid = int64_t(per_sm) * multiprocessors;
     plan.gemm1_item_cap = static_cast<int>((max_items + grid - 1) / grid);
@@ -637,8 +637,7 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
   const int tk_cap = tk_capacity(problem);
   const Workspace ws = carve(run.workspace, tk_cap);
   // The item table (ItemEntry) must hold every CTA's items: at most tk_cap groups x row blocks over the grid.
-  FP4MOE_CHECK(int64_t(plan.gemm1_item_cap) * plan.gemm1_grid >=
-                   int64_t(tk_cap) * (2 * I / (kDecodeTileRows * (w4a4 ? 2 : 1))),
+  FP4MOE_CHECK(int64_t(plan.gemm1_item_cap) * plan.gemm1_grid >= gemm1_max_items(tk_cap, I, w4a4 ? 2 : 1),
                "fused decode: the plan's item table (", plan.gemm1_item_cap, " per CTA) does not cover its grid (",
                plan.gemm1_grid, " CTAs)");
   FP4MOE_CHECK(plan.gemm2_shape >= 0 && plan.gemm2_shape < kGemm2ShapeCount, "fused decode: unknown launch-2 shape ",

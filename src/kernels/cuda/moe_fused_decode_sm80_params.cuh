@@ -52,6 +52,13 @@ __host__ __device__ constexpr size_t ring1_bytes(int mt, int num_experts) {
              : size_t(kGemm1Warps) * 2 * num_experts * 4;
 }
 
+// Launch 1's items per token group: row blocks of 16 MT rows of W13 (8 MT gate + 8 MT up rows).
+__host__ __device__ constexpr int gemm1_row_blocks(int inter, int mt) { return 2 * inter / (kDecodeTileRows * mt); }
+// The most items a chunk has (every slot its own token group): what the CTAs' item tables must hold together.
+__host__ __device__ constexpr int64_t gemm1_max_items(int tk_cap, int inter, int mt) {
+  return int64_t(tk_cap) * gemm1_row_blocks(inter, mt);
+}
+
 // One of a CTA's GEMM1 items, listed once per launch so that the cursors read it instead of recomputing it.
 struct ItemEntry {
   uint64_t w13_offset;  // byte offset of the item's first layout block: expert, 16 MT rows (row block rb)
