@@ -12,15 +12,16 @@
 // Launch 1 (route + GEMM1 + SwiGLU): routes the tokens itself (one warp per token, the pipeline's
 // routing code; below plan.route_share_from tokens every CTA routes them all, from there on each token is
 // routed by one CTA and shared through the workspace) and sorts the slots by expert (stable), so no
-// routing launch is needed; items = (expert, 8-token group, 16 rows of W13 = 8 gate + 8 up rows; 32 rows
-// for W4A4, whose h quantization needs a whole 16-column NVFP4 block in one warp), K split over the 8
-// warps, summed in warp order. Launch 2 (GEMM2 + combine): items = 16 rows of H; the CTA's warps
-// (kGemm2Shapes) split the (expert, K chunk) units in contiguous ranges, each folds weight * down_scale2
-// * its dot over an expert's chunks into its own fp32 token x row accumulators, summed in warp order at
-// the end. On SM90 both are programmatic dependent launches: launch 2 reads the routing record as soon
-// as launch 1's writer CTA has released it (a flag, long before launch 1 ends) and fills its first W2
-// ring stages before griddepcontrol.wait; only h waits for launch 1. All orders are fixed: bit-identical
-// reruns. The per-lane steps (activation loads, a chunk's decode + mma, the lane's block copies) are in
+// routing launch is needed; items = (expert, 8-token group, 32 rows of W13 = 2 x (8 gate + 8 up rows):
+// two mma tiles share each step's activations and bookkeeping; 16 rows where two such CTAs do not fit an
+// SM; W4A4's h quantization needs the 32), K split over the 8 warps, summed in warp order. Launch 2
+// (GEMM2 + combine): items = 16 rows of H; the CTA's warps (kGemm2Shapes) split the (expert, K chunk)
+// units in contiguous ranges, each folds weight * down_scale2 * its dot over an expert's chunks into its
+// own fp32 token x row accumulators, summed in warp order at the end. On SM90 both are programmatic
+// dependent launches: launch 2 reads the routing record as soon as launch 1's writer CTA has released it
+// (a flag, long before launch 1 ends) and fills its first W2 ring stages before griddepcontrol.wait; only
+// h waits for launch 1. All orders are fixed: bit-identical reruns. The per-lane steps (activation loads,
+// a chunk's decode + mma, the lane's block copies) are in
 // moe_fused_decode_sm80_steps.cuh, the slot sort in moe_fused_decode_sm80_slots.cuh.
 #include <cuda_bf16.h>
 
@@ -53,8 +54,10 @@ using sm80::scale_lut_entry;
 // The per-lane steps, the slot sort, and the kernels' configuration and layouts (the three headers).
 using namespace fused_decode;
 
-template <int MT>
-__global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm1_kernel(Gemm1Params p) {
+template <int kShape>
+__global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_per_sm) fused_gemm1_kernel(Gemm1Params p) {
+  constexpr int MT = kGemm1Shapes[kShape].row_tiles;
+  constexpr bool kW4A4 = kGemm1Shapes[kShape].w4a4;
   extern __shared__ __align__(16) uint8_t smem[];
   const Gemm1Smem L = gemm1_smem(p.num_experts, p.tk_cap, MT, p.item_cap);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + L.lut);
@@ -241,7 +244,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   auto step = [&](uint32_t (&b)[16], float w4a4_scale) {
     cp_async_wait<kStages1 - 2>();
     issue();
-    if constexpr (MT == 2) quantize_activations_w4a4(w4a4_scale, b);
+    if constexpr (kW4A4) quantize_activations_w4a4(w4a4_scale, b);
     const uint8_t* stage = my_ring + read_slot * kStageBytes;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -255,7 +258,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
   };
   for (int item_index = 0; item_index < my_items; ++item_index) {
     const ItemEntry item = items[item_index];
-    const float w4a4_scale = MT == 2 ? p.in_scale[touched[item.j]] : 0.0f;
+    const float w4a4_scale = kW4A4 ? p.in_scale[touched[item.j]] : 0.0f;
     for (int c = 0; c < per_warp; ++c) {
       if (parity == 0) step(b_even, w4a4_scale);
       else step(b_odd, w4a4_scale);
@@ -281,7 +284,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
       sum[i / 4][i % 4] = v;
     }
     const int e = touched[item.j], first = item.first, ntok = item.ntok, rb = item.rb;
-    const float in_scale = MT == 2 ? p.in_scale[e] : 1.0f;
+    const float in_scale = kW4A4 ? p.in_scale[e] : 1.0f;
     const float fg = __fmul_rn(__fmul_rn(p.gate_scale2[e], kScaleLutCompensation), in_scale);
     const float fu = __fmul_rn(__fmul_rn(p.up_scale2[e], kScaleLutCompensation), in_scale);
     float hv[MT][2];
@@ -290,7 +293,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, ctas_per_sm1(MT)) fused_gemm
 #pragma unroll
       for (int qq = 0; qq < 2; ++qq)
         hv[mt][qq] = swiglu_fp32(__fmul_rn(sum[mt][qq], fg), __fmul_rn(sum[mt][2 + qq], fu));
-    if constexpr (MT == 2) {
+    if constexpr (kW4A4) {
       // W4A4: one NVFP4 block of h = 16 columns of a token = (mt 0..1) x (lanes g = 0..7, same t).
       const float quant_scale = p.out_scale[e];
 #pragma unroll
@@ -489,6 +492,18 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.share_epoch = __ldcg(p.share_epoch) + 1u;
 }
 
+using Gemm1Kernel = void (*)(Gemm1Params);
+static_assert(kGemm1ShapeCount == 3, "one case per launch-1 shape");
+Gemm1Kernel gemm1_kernel(int shape) {
+  switch (shape) {
+    case 0: return fused_gemm1_kernel<0>;
+    case 1: return fused_gemm1_kernel<1>;
+    case 2: return fused_gemm1_kernel<2>;
+  }
+  FP4MOE_CHECK(false, "fused decode: unknown launch-1 shape ", shape);
+  return nullptr;
+}
+
 using Gemm2Kernel = void (*)(Gemm2Params);
 Gemm2Kernel gemm2_kernel(int shape, bool one_tile) {
   FP4MOE_CHECK(shape >= 0 && shape < kGemm2ShapeCount, "fused decode: unknown launch-2 shape ", shape);
@@ -536,6 +551,37 @@ void check_problem(const MoeProblem& problem) {
                "fused decode: H and I above 32768 are not supported (int16 row indices)");
 }
 
+// Launch 1's grid and shared memory depend on each other: its item table holds the most items a CTA takes
+// (at most tk_cap token groups x row blocks, over the grid), and the table's size can lower the CTAs per
+// SM. From the shape's CTAs per SM down, the first count whose table fits its occupancy; per_sm 0 when
+// the shared memory exceeds the device's (smem is then the size last tried, for the error message).
+struct Gemm1Size {
+  int per_sm = 0, item_cap = 0;
+  size_t smem = 0;
+};
+Gemm1Size size_gemm1(const MoeProblem& problem, int tk_cap, int shape, int multiprocessors, int optin) {
+  const Gemm1Shape shape1 = kGemm1Shapes[shape];
+  const auto gemm1 = gemm1_kernel(shape);
+  const int64_t max_items = gemm1_max_items(tk_cap, static_cast<int>(problem.inter), shape1.row_tiles);
+  Gemm1Size size;
+  for (int per_sm = shape1.ctas_per_sm; per_sm >= 1;) {
+    const int64_t grid = int64_t(per_sm) * multiprocessors;
+    size.item_cap = static_cast<int>((max_items + grid - 1) / grid);
+    size.smem = gemm1_smem(static_cast<int>(problem.num_experts), tk_cap, shape1.row_tiles, size.item_cap).total;
+    if (size.smem > size_t(optin)) break;  // fewer CTAs only make the table larger
+    FP4MOE_CUDA_CHECK(
+        cudaFuncSetAttribute(gemm1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(size.smem)));
+    int occupancy = 0;
+    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy, gemm1, kGemm1Warps * 32, size.smem));
+    if (occupancy >= per_sm) {
+      size.per_sm = per_sm;
+      break;
+    }
+    per_sm = occupancy;
+  }
+  return size;
+}
+
 }  // namespace
 
 int fused_decode_route_share_from() {
@@ -580,32 +626,34 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   plan.gemm2_smem = gemm2_smem(tk_cap, shape2).total;
   FP4MOE_CHECK(plan.gemm2_smem <= size_t(optin), "fused decode: launch 2 needs ", plan.gemm2_smem,
                " bytes of shared memory per block, the device allows ", optin);
-  // Launch 1's grid and shared memory depend on each other: its item table holds the most items a CTA
-  // takes (at most tk_cap token groups x row blocks, over the grid), and the table's size can lower the
-  // CTAs per SM. Start from ctas_per_sm1 per SM and shrink the grid until its table fits its occupancy.
-  const int mt = w4a4 ? 2 : 1;
-  const auto gemm1 = w4a4 ? fused_gemm1_kernel<2> : fused_gemm1_kernel<1>;
-  const int64_t max_items = gemm1_max_items(tk_cap, static_cast<int>(problem.inter), mt);
-  for (int per_sm = ctas_per_sm1(mt);;) {
-    const int64_t grid = int64_t(per_sm) * multiprocessors;
-    plan.gemm1_item_cap = static_cast<int>((max_items + grid - 1) / grid);
-    plan.gemm1_smem = gemm1_smem(static_cast<int>(problem.num_experts), tk_cap, mt, plan.gemm1_item_cap).total;
-    FP4MOE_CHECK(plan.gemm1_smem <= size_t(optin), "fused decode: launch 1 needs ", plan.gemm1_smem,
-                 " bytes of shared memory per block with ", per_sm, " CTAs per SM, the device allows ", optin);
-    FP4MOE_CUDA_CHECK(
-        cudaFuncSetAttribute(gemm1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.gemm1_smem)));
-    int occupancy1 = 0;
-    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy1, gemm1, kGemm1Warps * 32,
-                                                                    plan.gemm1_smem));
-    FP4MOE_CHECK(occupancy1 >= 1, "fused decode: launch 1 cannot be resident on this device");
-    if (occupancy1 >= per_sm) {
-      // Persistent grid, every CTA resident. Items come in rounds over the grid: one token's 10 experts x
-      // 128 tiles = 1280 items are 3.2 rounds on 396 CTAs, so the longest CTA does 4 items (16 steps per warp).
-      plan.gemm1_grid = static_cast<int>(grid);
-      break;
-    }
-    per_sm = occupancy1;
+  // Launch 1's shape (kGemm1Shapes): W4A4's; or FP4MOE_FD_GEMM1_SHAPE (measurements, tests); or the default
+  // where it fits at its full CTAs per SM, else 16-row items.
+  const char* shape1_env = std::getenv("FP4MOE_FD_GEMM1_SHAPE");
+  const bool shape1_knob = shape1_env && shape1_env[0] != '\0';
+  FP4MOE_CHECK(!shape1_knob || (shape1_env[0] >= '0' && shape1_env[0] < '0' + kFusedDecodeW4A16Gemm1ShapeCount &&
+                                shape1_env[1] == '\0'),
+               "FP4MOE_FD_GEMM1_SHAPE must be 0..", kFusedDecodeW4A16Gemm1ShapeCount - 1, ", not '", shape1_env, "'");
+  FP4MOE_CHECK(!shape1_knob || !w4a4, "FP4MOE_FD_GEMM1_SHAPE chooses among the W4A16 shapes; W4A4 has one");
+  Gemm1Size size1{};
+  if (w4a4) {
+    plan.gemm1_shape = kGemm1ShapeW4A4;
+  } else if (shape1_knob) {
+    plan.gemm1_shape = shape1_env[0] - '0';
+  } else {
+    plan.gemm1_shape = kFusedDecodeDefaultGemm1Shape;
+    size1 = size_gemm1(problem, tk_cap, plan.gemm1_shape, multiprocessors, optin);
+    if (size1.per_sm < kGemm1Shapes[plan.gemm1_shape].ctas_per_sm) plan.gemm1_shape = 0, size1 = Gemm1Size{};
   }
+  if (size1.per_sm == 0) size1 = size_gemm1(problem, tk_cap, plan.gemm1_shape, multiprocessors, optin);
+  FP4MOE_CHECK(size1.per_sm >= 1, "fused decode: launch 1 (shape ", plan.gemm1_shape, ") needs ", size1.smem,
+               " bytes of shared memory per block, more than this device's ", optin, " or its occupancy allows");
+  // Persistent grid, every CTA resident. Items come in rounds over the grid: one token's 10 experts x 64
+  // row blocks of 32 rows = 640 items are 2.4 rounds on 264 CTAs, so the longest CTA does 3 items.
+  plan.gemm1_grid = size1.per_sm * multiprocessors;
+  plan.gemm1_item_cap = size1.item_cap;
+  plan.gemm1_smem = size1.smem;
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_kernel(plan.gemm1_shape), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(plan.gemm1_smem)));
   int occupancy2 = 1 << 30;
   for (const bool one_tile : {false, true}) {  // both forms of launch 2 run on the same grid
     const auto gemm2 = gemm2_kernel(plan.gemm2_shape, one_tile);
@@ -637,7 +685,11 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
   const int tk_cap = tk_capacity(problem);
   const Workspace ws = carve(run.workspace, tk_cap);
   // The item table (ItemEntry) must hold every CTA's items: at most tk_cap groups x row blocks over the grid.
-  FP4MOE_CHECK(int64_t(plan.gemm1_item_cap) * plan.gemm1_grid >= gemm1_max_items(tk_cap, I, w4a4 ? 2 : 1),
+  FP4MOE_CHECK(plan.gemm1_shape >= 0 && plan.gemm1_shape < kGemm1ShapeCount &&
+                   kGemm1Shapes[plan.gemm1_shape].w4a4 == w4a4,
+               "fused decode: launch-1 shape ", plan.gemm1_shape, " is not one for this activation mode");
+  FP4MOE_CHECK(int64_t(plan.gemm1_item_cap) * plan.gemm1_grid >=
+                   gemm1_max_items(tk_cap, I, kGemm1Shapes[plan.gemm1_shape].row_tiles),
                "fused decode: the plan's item table (", plan.gemm1_item_cap, " per CTA) does not cover its grid (",
                plan.gemm1_grid, " CTAs)");
   FP4MOE_CHECK(plan.gemm2_shape >= 0 && plan.gemm2_shape < kGemm2ShapeCount, "fused decode: unknown launch-2 shape ",
@@ -663,7 +715,7 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p1.share = ws.share;
     p1.share.on = T >= plan.route_share_from;
     // SM90+: launch 1's CTAs are scheduled while the kernel before drains (programmatic dependent launch).
-    launch_maybe_programmatic(w4a4 ? fused_gemm1_kernel<2> : fused_gemm1_kernel<1>, static_cast<unsigned>(plan.gemm1_grid),
+    launch_maybe_programmatic(gemm1_kernel(plan.gemm1_shape), static_cast<unsigned>(plan.gemm1_grid),
                               static_cast<unsigned>(kGemm1Warps * 32), plan.gemm1_smem, stream, p1);
     Gemm2Params p2{};
     p2.w2 = weights.w2;

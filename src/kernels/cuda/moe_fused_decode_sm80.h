@@ -33,6 +33,12 @@ struct FusedDecodeWeights {
   const float* w2_input_scale = nullptr;   // [E], W4A4 only
 };
 
+// Launch 1's shapes for W4A16 (16-row tiles of W13 per item and CTAs per SM; the table is in the .cu;
+// W4A4 has its own): plan_moe_fused_decode takes kFusedDecodeDefaultGemm1Shape where it fits the device at
+// its full CTAs per SM, else shape 0; FP4MOE_FD_GEMM1_SHAPE=0..count-1 chooses (measurements, tests).
+inline constexpr int kFusedDecodeW4A16Gemm1ShapeCount = 2;
+inline constexpr int kFusedDecodeDefaultGemm1Shape = 1;  // 32-row items, 2 CTAs per SM
+
 // Launch 2's CTA shapes (warps per CTA, ring stages; the table is in the .cu). plan_moe_fused_decode takes
 // kFusedDecodeDefaultGemm2Shape, or FP4MOE_FD_GEMM2_SHAPE=0..count-1 (read when planning; measurements, tests).
 inline constexpr int kFusedDecodeGemm2ShapeCount = 2;
@@ -53,6 +59,7 @@ struct FusedDecodePlan {
   int gemm2_grid = 0;
   size_t gemm1_smem = 0;
   int gemm1_item_cap = 0;  // launch 1's item table: the most items a CTA of its grid takes
+  int gemm1_shape = kFusedDecodeDefaultGemm1Shape;  // launch 1's shape (index into the kernel's table)
   size_t gemm2_smem = 0;
   int gemm2_shape = kFusedDecodeDefaultGemm2Shape;  // launch 2's CTA shape (index into the kernel's table)
   int route_share_from = kFusedDecodeDefaultRouteShareFrom;  // tokens from which launch 1's CTAs share routing

@@ -16,10 +16,28 @@
 namespace fp4moe::fused_decode {
 
 constexpr int kGemm1Warps = 8;  // launch 1: the K chunks of an item are split over the CTA's warps
-// Launch 1's CTAs per SM: the step is a long dependent chain (decode -> HMUL2 -> HMMA), so at one token
-// the time is each warp's chain of steps: W4A16 fits 80 registers for 3 CTAs (24 warps) per SM, shorter
-// chains and more warps to interleave; W4A4's 32-row items need more registers and keep 2.
-__host__ __device__ constexpr int ctas_per_sm1(int mt) { return mt == 1 ? 3 : 2; }
+// Launch 1's shapes: 16-row tiles of W13 per item (MT), activation mode, CTAs per SM for __launch_bounds__.
+// Two tiles per item share each step's activation loads, ring bookkeeping, copy issue and loop control,
+// and each item's barrier and epilogue, over twice the weight bytes: the kernel is bound by instruction
+// issue, and at Qwen3.5-397B 32-row items were 3 % faster at one token and 6-9 % at 2-64 tokens than
+// 16-row ones (H200, docs/perf/2026-12-01-h200-r19.md). Their ring takes 74 KB per CTA, so 2 CTAs per SM
+// (16 warps; 111 registers, no spill; capped at 80 registers they measured within 2 %). 16-row items
+// (3 CTAs per SM at 80 registers) remain for devices where two 32-row CTAs do not fit an SM's shared
+// memory. W4A4's h quantization needs the 16 columns of an NVFP4 block, i.e. 32 rows of W13, in one warp.
+struct Gemm1Shape {
+  int row_tiles;
+  bool w4a4;
+  int ctas_per_sm;
+};
+inline constexpr Gemm1Shape kGemm1Shapes[] = {{1, false, 3}, {2, false, 2}, {2, true, 2}};
+inline constexpr int kGemm1ShapeCount = 3;
+inline constexpr int kGemm1ShapeW4A4 = 2;
+static_assert(sizeof(kGemm1Shapes) / sizeof(kGemm1Shapes[0]) == kGemm1ShapeCount, "count of the shapes");
+static_assert(kGemm1Shapes[kGemm1ShapeW4A4].w4a4 && kGemm1Shapes[kGemm1ShapeW4A4].row_tiles == 2, "W4A4 needs MT = 2");
+static_assert(kGemm1ShapeW4A4 == kFusedDecodeW4A16Gemm1ShapeCount, "the W4A16 shapes come first");
+static_assert(kFusedDecodeDefaultGemm1Shape >= 0 && kFusedDecodeDefaultGemm1Shape < kFusedDecodeW4A16Gemm1ShapeCount &&
+                  kGemm1Shapes[0].row_tiles == 1,
+              "a W4A16 default, and 16-row items to fall back to");
 // cp.async ring stages per warp: 3 steps in flight per warp, 83 KB (W4A4: 110 KB) per SM.
 constexpr int kStages1 = 4;
 constexpr int kTokenGroup = 8;  // tokens per GEMM1 item: one n8 tile (decode has ~1 token per expert)

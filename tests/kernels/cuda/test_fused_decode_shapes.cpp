@@ -53,6 +53,74 @@ TEST(FusedDecodeShapes, EveryLaunch2ShapeMatchesTheReferenceAndIsDeterministic) 
   }
 }
 
+// Launch 1's W4A16 shapes (FP4MOE_FD_GEMM1_SHAPE: 16- or 32-row items, CTAs per SM): the same sums in
+// the same order per h element (each 16-row tile's mma chain over the warp's chunks, then the warps in
+// order), so every shape must give shape 0's bits, match the CPU reference, and replay the same in a graph.
+// I = 384 gives 48 or 24 row blocks per token group, H = 2048 16 chunks (2 per warp).
+TEST(FusedDecodeShapes, EveryLaunch1ShapeGivesTheSameBits) {
+  std::string why;
+  const DeviceInfo* device = test::sm80_device(why);
+  if (!device) GTEST_SKIP() << why;
+  FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
+  const MoeProblem problem = make_moe_problem(2048, 384, 32, 4, ActivationMode::kW4A16);
+  const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 25);
+  const KnobReset reset{"FP4MOE_FD_GEMM1_SHAPE"};
+  ASSERT_EQ(setenv("FP4MOE_FD_GEMM1_SHAPE", "0", 1), 0);
+  test::Runner base("cuda.sm80.fused_decode.v1", problem, weights, 70, *device);
+  for (int shape = 1; shape < kFusedDecodeW4A16Gemm1ShapeCount; ++shape) {
+    ASSERT_EQ(setenv("FP4MOE_FD_GEMM1_SHAPE", std::to_string(shape).c_str(), 1), 0);
+    test::Runner runner("cuda.sm80.fused_decode.v1", problem, weights, 70, *device);
+    for (int64_t T : {1, 3, 8, 64, 70}) {
+      const std::string label = "launch-1 shape " + std::to_string(shape) + " T=" + std::to_string(T);
+      const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 71 + T);
+      const std::vector<float> logits = test::random_logits(T, problem.num_experts, 81 + T);
+      test::check_case(runner, problem, weights, hidden, logits, nullptr, T, 1, label);
+      const std::vector<uint16_t> expected = base.run(hidden, logits, nullptr, T);
+      EXPECT_TRUE(runner.run(hidden, logits, nullptr, T) == expected) << label << ": differs from shape 0";
+      EXPECT_TRUE(runner.run_graph(T) == expected) << label << ": graph replay differs from shape 0";
+    }
+  }
+}
+
+// The plan's launch-1 shape: W4A4 always its own (32-row items); FP4MOE_FD_GEMM1_SHAPE takes 0..count-1 for
+// W4A16 and is an error naming the knob otherwise, or with W4A4 (it would be ignored there).
+TEST(FusedDecodeShapes, Launch1ShapeKnobIsCheckedAndW4A4KeepsItsShape) {
+  std::string why;
+  const DeviceInfo* device = test::sm80_device(why);
+  if (!device) GTEST_SKIP() << why;
+  FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
+  const KnobReset reset{"FP4MOE_FD_GEMM1_SHAPE"};
+  const MoeProblem w4a16 = make_moe_problem(2048, 384, 32, 4, ActivationMode::kW4A16);
+  const MoeProblem w4a4 = test::with_mode(w4a16, ActivationMode::kW4A4);
+  unsetenv("FP4MOE_FD_GEMM1_SHAPE");
+  const int w4a4_shape = plan_moe_fused_decode(w4a4, device->multiprocessors).gemm1_shape;
+  EXPECT_GE(w4a4_shape, kFusedDecodeW4A16Gemm1ShapeCount) << "W4A4 took a W4A16 shape";
+  for (int shape = 0; shape < kFusedDecodeW4A16Gemm1ShapeCount; ++shape) {
+    ASSERT_EQ(setenv("FP4MOE_FD_GEMM1_SHAPE", std::to_string(shape).c_str(), 1), 0);
+    const FusedDecodePlan plan = plan_moe_fused_decode(w4a16, device->multiprocessors);
+    EXPECT_EQ(plan.gemm1_shape, shape);
+    EXPECT_GT(plan.gemm1_grid, 0);
+    EXPECT_GT(plan.gemm1_item_cap, 0);
+  }
+  for (const char* bad : {"2", "-1", "01", "x"}) {
+    ASSERT_EQ(setenv("FP4MOE_FD_GEMM1_SHAPE", bad, 1), 0);
+    try {
+      plan_moe_fused_decode(w4a16, device->multiprocessors);
+      ADD_FAILURE() << "FP4MOE_FD_GEMM1_SHAPE=" << bad << " was accepted";
+    } catch (const std::exception& e) {
+      const std::string expected = "FP4MOE_FD_GEMM1_SHAPE must be 0.." + std::to_string(kFusedDecodeW4A16Gemm1ShapeCount - 1);
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+  ASSERT_EQ(setenv("FP4MOE_FD_GEMM1_SHAPE", "0", 1), 0);
+  try {
+    plan_moe_fused_decode(w4a4, device->multiprocessors);
+    ADD_FAILURE() << "FP4MOE_FD_GEMM1_SHAPE with W4A4 was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("W4A4 has one"), std::string::npos) << e.what();
+  }
+}
+
 // Launch 1's two routings (SharedRoute in moe_fused_decode_sm80.cu): each token routed by one CTA and
 // shared through the workspace (FP4MOE_FD_ROUTE_SHARE_FROM=1: at every token count), or by every CTA
 // itself (=65: never shared). Same slots, same sums: the outputs must be the same bits, eager and in
