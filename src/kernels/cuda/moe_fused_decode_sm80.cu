@@ -511,6 +511,17 @@ Gemm2Kernel gemm2_kernel(int shape, bool one_tile) {
   return one_tile ? fused_gemm2_kernel<1, true> : fused_gemm2_kernel<1, false>;
 }
 
+// A shape-index planning knob (measurements, tests): -1 when unset or empty, else its single digit
+// 0..count-1 (count <= 10); any other value is an error naming the knob.
+int read_shape_knob(const char* knob, int count) {
+  const char* env = std::getenv(knob);
+  if (env == nullptr || env[0] == '\0') return -1;
+  FP4MOE_CHECK(env[0] >= '0' && env[0] < '0' + count && env[1] == '\0', knob, " must be 0..", count - 1, ", not '",
+               env, "'");
+  return env[0] - '0';
+}
+static_assert(kGemm2ShapeCount <= 10 && kFusedDecodeW4A16Gemm1ShapeCount <= 10, "single-digit shape knobs");
+
 int tk_capacity(const MoeProblem& problem) { return static_cast<int>(kFusedDecodeMaxTokens * problem.top_k); }
 
 // Workspace carve: record (factor, touched, sorted, toff, num_touched, ready, arrivals) | shared routing
@@ -553,8 +564,9 @@ void check_problem(const MoeProblem& problem) {
 
 // Launch 1's grid and shared memory depend on each other: its item table holds the most items a CTA takes
 // (at most tk_cap token groups x row blocks, over the grid), and the table's size can lower the CTAs per
-// SM. From the shape's CTAs per SM down, the first count whose table fits its occupancy; per_sm 0 when
-// the shared memory exceeds the device's (smem is then the size last tried, for the error message).
+// SM. From the shape's CTAs per SM down, the first count whose table fits its occupancy (the kernel's
+// shared-memory attribute is then set to that size); per_sm 0 when the shared memory exceeds the
+// device's (smem is then the size last tried, for the error message).
 struct Gemm1Size {
   int per_sm = 0, item_cap = 0;
   size_t smem = 0;
@@ -612,11 +624,9 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   // Launch 2's CTA shape (kGemm2Shapes): FP4MOE_FD_GEMM2_SHAPE (measurements, tests), else the default
   // where its shared memory fits a block (10 warps need 105 KiB at Qwen3.5-397B's 640 slots, more than
   // the 99 KiB of SM86/89/120 parts), else the 8-warp shape (95 KiB there).
-  const char* shape_env = std::getenv("FP4MOE_FD_GEMM2_SHAPE");
-  if (shape_env && shape_env[0] != '\0') {
-    FP4MOE_CHECK(shape_env[0] >= '0' && shape_env[0] < '0' + kGemm2ShapeCount && shape_env[1] == '\0',
-                 "FP4MOE_FD_GEMM2_SHAPE must be 0..", kGemm2ShapeCount - 1, ", not '", shape_env, "'");
-    plan.gemm2_shape = shape_env[0] - '0';
+  const int shape2_knob = read_shape_knob("FP4MOE_FD_GEMM2_SHAPE", kGemm2ShapeCount);
+  if (shape2_knob >= 0) {
+    plan.gemm2_shape = shape2_knob;
   } else {
     const bool fits = gemm2_smem(tk_cap, kGemm2Shapes[kFusedDecodeDefaultGemm2Shape]).total <= size_t(optin);
     plan.gemm2_shape = fits ? kFusedDecodeDefaultGemm2Shape : 0;
@@ -628,32 +638,21 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
                " bytes of shared memory per block, the device allows ", optin);
   // Launch 1's shape (kGemm1Shapes): W4A4's; or FP4MOE_FD_GEMM1_SHAPE (measurements, tests); or the default
   // where it fits at its full CTAs per SM, else 16-row items.
-  const char* shape1_env = std::getenv("FP4MOE_FD_GEMM1_SHAPE");
-  const bool shape1_knob = shape1_env && shape1_env[0] != '\0';
-  FP4MOE_CHECK(!shape1_knob || (shape1_env[0] >= '0' && shape1_env[0] < '0' + kFusedDecodeW4A16Gemm1ShapeCount &&
-                                shape1_env[1] == '\0'),
-               "FP4MOE_FD_GEMM1_SHAPE must be 0..", kFusedDecodeW4A16Gemm1ShapeCount - 1, ", not '", shape1_env, "'");
-  FP4MOE_CHECK(!shape1_knob || !w4a4, "FP4MOE_FD_GEMM1_SHAPE chooses among the W4A16 shapes; W4A4 has one");
-  Gemm1Size size1{};
-  if (w4a4) {
-    plan.gemm1_shape = kGemm1ShapeW4A4;
-  } else if (shape1_knob) {
-    plan.gemm1_shape = shape1_env[0] - '0';
-  } else {
-    plan.gemm1_shape = kFusedDecodeDefaultGemm1Shape;
+  const int shape1_knob = read_shape_knob("FP4MOE_FD_GEMM1_SHAPE", kFusedDecodeW4A16Gemm1ShapeCount);
+  FP4MOE_CHECK(shape1_knob < 0 || !w4a4, "FP4MOE_FD_GEMM1_SHAPE chooses among the W4A16 shapes; W4A4 has one");
+  plan.gemm1_shape = w4a4 ? kGemm1ShapeW4A4 : (shape1_knob >= 0 ? shape1_knob : kFusedDecodeDefaultGemm1Shape);
+  Gemm1Size size1 = size_gemm1(problem, tk_cap, plan.gemm1_shape, multiprocessors, optin);
+  if (!w4a4 && shape1_knob < 0 && size1.per_sm < kGemm1Shapes[plan.gemm1_shape].ctas_per_sm) {
+    plan.gemm1_shape = 0;
     size1 = size_gemm1(problem, tk_cap, plan.gemm1_shape, multiprocessors, optin);
-    if (size1.per_sm < kGemm1Shapes[plan.gemm1_shape].ctas_per_sm) plan.gemm1_shape = 0, size1 = Gemm1Size{};
   }
-  if (size1.per_sm == 0) size1 = size_gemm1(problem, tk_cap, plan.gemm1_shape, multiprocessors, optin);
   FP4MOE_CHECK(size1.per_sm >= 1, "fused decode: launch 1 (shape ", plan.gemm1_shape, ") needs ", size1.smem,
                " bytes of shared memory per block, more than this device's ", optin, " or its occupancy allows");
   // Persistent grid, every CTA resident. Items come in rounds over the grid: one token's 10 experts x 64
   // row blocks of 32 rows = 640 items are 2.4 rounds on 264 CTAs, so the longest CTA does 3 items.
   plan.gemm1_grid = size1.per_sm * multiprocessors;
   plan.gemm1_item_cap = size1.item_cap;
-  plan.gemm1_smem = size1.smem;
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_kernel(plan.gemm1_shape), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(plan.gemm1_smem)));
+  plan.gemm1_smem = size1.smem;  // size_gemm1 left the kernel's shared-memory attribute at this size
   int occupancy2 = 1 << 30;
   for (const bool one_tile : {false, true}) {  // both forms of launch 2 run on the same grid
     const auto gemm2 = gemm2_kernel(plan.gemm2_shape, one_tile);

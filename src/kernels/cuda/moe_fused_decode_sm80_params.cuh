@@ -38,7 +38,8 @@ static_assert(kGemm1ShapeW4A4 == kFusedDecodeW4A16Gemm1ShapeCount, "the W4A16 sh
 static_assert(kFusedDecodeDefaultGemm1Shape >= 0 && kFusedDecodeDefaultGemm1Shape < kFusedDecodeW4A16Gemm1ShapeCount &&
                   kGemm1Shapes[0].row_tiles == 1,
               "a W4A16 default, and 16-row items to fall back to");
-// cp.async ring stages per warp: 3 steps in flight per warp, 83 KB (W4A4: 110 KB) per SM.
+// cp.async ring stages per warp: 3 steps in flight per warp; 74 KB per CTA with 32-row items (147 KB per
+// SM at 2 CTAs), 37 KB with 16-row ones (111 KB at 3).
 constexpr int kStages1 = 4;
 constexpr int kTokenGroup = 8;  // tokens per GEMM1 item: one n8 tile (decode has ~1 token per expert)
 constexpr int kLutBytes = 256 * 4;
@@ -61,9 +62,8 @@ static_assert(kFusedDecodeMaxTokens % kTokenGroup == 0, "token chunks are whole 
 
 __host__ __device__ constexpr size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
-// Launch 1's ring for MT 16-row tiles per item (1: W4A16; 2: W4A4, whose h quantization needs the 16
-// columns of an NVFP4 block, i.e. 32 rows of W13, in one warp). The routing scratch (2 floats per
-// expert and warp) shares it: routing is over before the first copy.
+// Launch 1's ring for MT 16-row tiles per item (kGemm1Shapes). The routing scratch (2 floats per expert
+// and warp) shares it: routing is over before the first copy.
 __host__ __device__ constexpr size_t ring1_bytes(int mt, int num_experts) {
   return size_t(kGemm1Warps) * kStages1 * mt * kDecodeBlockBytes > size_t(kGemm1Warps) * 2 * num_experts * 4
              ? size_t(kGemm1Warps) * kStages1 * mt * kDecodeBlockBytes
