@@ -96,6 +96,16 @@ if [[ $skip != *" sanitizer "* ]] && [ -x "$kernels_test" ]; then
     echo "=== compute-sanitizer --tool $tool ($filter)" >> "$out/sanitizer.log"
     compute-sanitizer --tool $tool --error-exitcode 9 "$kernels_test" --gtest_filter="$filter" >> "$out/sanitizer.log" 2>&1
     rc=$?
+    # The fused decode's tiny cases under each launch-2 CTA shape (FP4MOE_FD_GEMM2_SHAPE; the plan picks one
+    # per chunk size, and the tiny H picks no 32-row one); the count comes from the kernel's header.
+    fd_shapes=$(grep -oP 'kFusedDecodeGemm2ShapeCount = \K[0-9]+' src/kernels/cuda/moe_fused_decode_sm80.h)
+    for shape in $(seq 0 $(( ${fd_shapes:-0} - 1 ))); do
+      echo "=== FP4MOE_FD_GEMM2_SHAPE=$shape compute-sanitizer --tool $tool (fused decode tiny cases)" >> "$out/sanitizer.log"
+      FP4MOE_FD_GEMM2_SHAPE=$shape compute-sanitizer --tool $tool --error-exitcode 9 "$kernels_test" \
+        --gtest_filter='Backends/MoeBackendSuite.Tiny*/cuda_sm80_fused_decode_v1' >> "$out/sanitizer.log" 2>&1
+      shape_rc=$?
+      [ $rc = 0 ] && rc=$shape_rc
+    done
     summary_line=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -1)
     record "sanitizer $tool" "$([ $rc = 0 ] && echo ok || echo FAILED)" $(( $(now) - t )) "${summary_line:-no summary} log=sanitizer.log"
   done

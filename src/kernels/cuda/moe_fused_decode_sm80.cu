@@ -15,9 +15,10 @@
 // routing launch is needed; items = (expert, 8-token group, 32 rows of W13 = 2 x (8 gate + 8 up rows):
 // two mma tiles share each step's activations and bookkeeping; 16 rows where two such CTAs do not fit an
 // SM; W4A4's h quantization needs the 32), K split over the 8 warps, summed in warp order. Launch 2
-// (GEMM2 + combine): items = 16 rows of H; the CTA's warps (kGemm2Shapes) split the (expert, K chunk)
-// units in contiguous ranges, each folds weight * down_scale2 * its dot over an expert's chunks into its
-// own fp32 token x row accumulators, summed in warp order at the end. On SM90 both are programmatic
+// (GEMM2 + combine): items = 16 rows of H, or 32 for chunks of up to 8 tokens where that leaves no SM
+// more rows (two mma tiles share each step's h and bookkeeping); the CTA's warps (kGemm2Shapes) split
+// the (expert, K chunk) units in contiguous ranges, each folds weight * down_scale2 * its dot over an
+// expert's chunks into its own fp32 token x row accumulators, summed in warp order at the end. On SM90 both are programmatic
 // dependent launches: launch 2 reads the routing record as soon as launch 1's writer CTA has released it
 // (a flag, long before launch 1 ends) and fills its first W2 ring stages before griddepcontrol.wait; only
 // h waits for launch 1. All orders are fixed: bit-identical reruns. The per-lane steps (activation loads,
@@ -321,13 +322,19 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
 
 // kOneTile: at most kTokenGroup tokens (every chunk of decode's usual sizes), so no expert has more than
 // one 8-token tile: the step has no tile loop and folds once per expert and range (fewer instructions
-// and branches per unit; at one token of Qwen3.5-397B launch 2 issues ~6 M warp instructions).
+// and branches per unit; at one token of Qwen3.5-397B launch 2 issues ~6 M warp instructions), and the
+// accumulators hold 8 tokens. RT 16-row tiles of H per CTA (row block), RT = 2 in the one-tile instance only.
 template <int kShape, bool kOneTile>
 __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[kShape].ctas_per_sm)
     fused_gemm2_kernel(Gemm2Params p) {
   constexpr int kGemm2Warps = kGemm2Shapes[kShape].warps, kStages2 = kGemm2Shapes[kShape].stages;
+  constexpr int RT = kGemm2Shapes[kShape].row_tiles;
+  static_assert(RT == 1 || kOneTile, "32-row CTAs take chunks of at most 8 tokens (8-token accumulators)");
+  constexpr int kRows = RT * kDecodeTileRows;                   // rows of H per row block
+  constexpr int kAccTokens = gemm2_acc_tokens(kOneTile);
+  constexpr size_t kStageBytes = size_t(RT) * kDecodeBlockBytes;  // one ring stage: a chunk of each tile
   extern __shared__ __align__(16) uint8_t smem[];
-  const Gemm2Smem L = gemm2_smem(p.tk_cap, kGemm2Shapes[kShape]);
+  const Gemm2Smem L = gemm2_smem(p.tk_cap, kGemm2Shapes[kShape], kOneTile);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + L.lut);
   float* acc_all = reinterpret_cast<float*>(smem + L.acc);
   int16_t* touched = reinterpret_cast<int16_t*>(smem + L.touched);
@@ -367,12 +374,14 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   // changed expert and paid a fold through shared memory and three address computations.)
   const int chunks = p.inter / kDecodeChunkK;
   const int tiles = p.hidden_size / kDecodeTileRows;
-  const size_t expert_stride = size_t(tiles) * chunks * kDecodeBlockBytes;
+  const int row_blocks = tiles / RT;  // H is a multiple of 128 (checked on the host)
+  const size_t tile_stride = size_t(chunks) * kDecodeBlockBytes;
+  const size_t expert_stride = size_t(tiles) * tile_stride;
   const int units = n_touched * chunks;
   const int u_begin = static_cast<int>(int64_t(units) * warp / kGemm2Warps);
   const int my_units = static_cast<int>(int64_t(units) * (warp + 1) / kGemm2Warps) - u_begin;
-  uint8_t* const my_ring = smem + L.ring + size_t(warp) * kStages2 * kDecodeBlockBytes + lane * 16;
-  float* acc = acc_all + size_t(warp) * kFusedDecodeMaxTokens * 16;  // [token][16 rows]
+  uint8_t* const my_ring = smem + L.ring + size_t(warp) * kStages2 * kStageBytes + lane * 16;
+  float* acc = acc_all + size_t(warp) * kAccTokens * kRows;  // [token][kRows rows]
   // Lane (g, t)'s h row for touched expert j: the row of the expert's slot g (or of its slot 0, see
   // load_activations), from column 32 t.
   auto h_row = [&](int j) -> const __nv_bfloat16* {
@@ -386,7 +395,9 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   int fetch_kc = 0, fetch_j = 0, fetch_left = 0, fill_slot = 0;
   auto issue = [&]() {
     if (fetch_left > 0) {
-      copy_lane_bytes(my_ring + fill_slot * kDecodeBlockBytes, fetch_src, lane);
+#pragma unroll
+      for (int mt = 0; mt < RT; ++mt)
+        copy_lane_bytes(my_ring + fill_slot * kStageBytes + mt * kDecodeBlockBytes, fetch_src + mt * tile_stride, lane);
       fetch_src += kDecodeBlockBytes;
       if (--fetch_left > 0 && ++fetch_kc == chunks) {
         fetch_kc = 0;
@@ -397,17 +408,17 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
     fill_slot = fill_slot + 1 == kStages2 ? 0 : fill_slot + 1;
   };
   auto start_row_block = [&](int rb) {
-    for (int i = lane; i < T * 16; i += 32) acc[i] = 0.0f;
+    for (int i = lane; i < T * kRows; i += 32) acc[i] = 0.0f;
     __syncwarp();
-    w2_rows = p.w2 + size_t(rb) * chunks * kDecodeBlockBytes + lane * 16;
+    w2_rows = p.w2 + size_t(rb) * RT * tile_stride + lane * 16;
     fetch_j = u_begin / chunks, fetch_kc = u_begin % chunks, fetch_left = my_units;
     if (my_units > 0) fetch_src = w2_rows + size_t(touched[fetch_j]) * expert_stride + fetch_kc * kDecodeBlockBytes;
     fill_slot = 0;
     for (int s = 0; s < kStages2 - 1; ++s) issue();
   };
-  if (static_cast<int>(blockIdx.x) < tiles) start_row_block(blockIdx.x);
+  if (static_cast<int>(blockIdx.x) < row_blocks) start_row_block(blockIdx.x);
   pdl_wait_for_primary();  // launch 1's h is complete and visible from here on
-  for (int rb = blockIdx.x; rb < tiles; rb += gridDim.x) {
+  for (int rb = blockIdx.x; rb < row_blocks; rb += gridDim.x) {
     if (rb != static_cast<int>(blockIdx.x)) start_row_block(rb);
     // The first token tile's h runs two units ahead in registers (it comes from L2: written by launch 1),
     // in two buffers used alternately. Past the range the cursor stays on a valid row (never used).
@@ -425,29 +436,43 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
     load_next_h(b_odd);
     int cur_kc = u_begin % chunks, cur_j = u_begin / chunks, read_slot = 0;
     int first = my_units > 0 ? toff[cur_j] : 0, ntok = my_units > 0 ? toff[cur_j + 1] - first : 0;
-    float dot[4] = {};  // the current expert's first token tile, over its chunks so far (up to 8 tokens)
-    // Adds slot_factor * d (routing weight * down_scale2 * 2^9 ...) to the accumulators of tile nt's tokens.
-    auto fold = [&](const float (&d)[4], int nt) {
+    // The current expert's first token tile (up to 8 tokens) per row tile, over its chunks so far.
+    float dot[RT][4] = {};
+    // Adds slot_factor * d (routing weight * down_scale2 * 2^9 ...) to the accumulators of token tile nt.
+    auto fold = [&](const float (&d)[RT][4], int nt) {
 #pragma unroll
       for (int qq = 0; qq < 2; ++qq) {
         const int col = nt * 8 + 2 * t + qq;
         if (col >= ntok) continue;
         const float f = slot_factor[first + col];
-        float* a = acc + sorted_token[first + col] * 16;
-        a[g] = __fadd_rn(a[g], __fmul_rn(d[qq], f));
-        a[g + 8] = __fadd_rn(a[g + 8], __fmul_rn(d[2 + qq], f));
+        float* a = acc + sorted_token[first + col] * kRows;
+#pragma unroll
+        for (int mt = 0; mt < RT; ++mt) {
+          a[16 * mt + g] = __fadd_rn(a[16 * mt + g], __fmul_rn(d[mt][qq], f));
+          a[16 * mt + g + 8] = __fadd_rn(a[16 * mt + g + 8], __fmul_rn(d[mt][2 + qq], f));
+        }
       }
       __syncwarp();  // the next fold's lanes may add to the same token's accumulators
+    };
+    auto clear_dot = [&]() {
+#pragma unroll
+      for (int mt = 0; mt < RT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) dot[mt][i] = 0.0f;
     };
     auto step = [&](uint32_t (&b_tile0)[16], bool last) {
       cp_async_wait<kStages2 - 2>();
       issue();
-      const uint8_t* stage = my_ring + read_slot * kDecodeBlockBytes;
+      const uint8_t* stage = my_ring + read_slot * kStageBytes;
       read_slot = read_slot + 1 == kStages2 ? 0 : read_slot + 1;
-      const LaneBlock block = read_lane_block(stage, lane);
       if constexpr (kOneTile) {
-        mma_chunk(dot, block.row0, block.row1, block.scales, lut, b_tile0);
+#pragma unroll
+        for (int mt = 0; mt < RT; ++mt) {
+          const LaneBlock block = read_lane_block(stage + mt * kDecodeBlockBytes, lane);
+          mma_chunk(dot[mt], block.row0, block.row1, block.scales, lut, b_tile0);
+        }
       } else {
+        const LaneBlock block = read_lane_block(stage, lane);  // RT = 1
         // More than 8 tokens on this expert (rare at decode): every tile's chunk dot is folded at once; the
         // further tiles' h are loaded in place (b_tile0 is refilled for the unit two ahead below).
         for (int nt = 0; nt * 8 < ntok; ++nt) {
@@ -456,18 +481,16 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
             load_activations(
                 p.h + size_t(sorted[c < ntok ? first + c : first]) * p.inter + cur_kc * kDecodeChunkK + 32 * t, b_tile0);
           }
-          mma_chunk(dot, block.row0, block.row1, block.scales, lut, b_tile0);
+          mma_chunk(dot[0], block.row0, block.row1, block.scales, lut, b_tile0);
           if (ntok > 8) {
             fold(dot, nt);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) dot[i] = 0.0f;
+            clear_dot();
           }
         }
       }
       if (++cur_kc == chunks || last) {  // the expert's last chunk in this range: fold its dot
         if (kOneTile || ntok <= 8) fold(dot, 0);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) dot[i] = 0.0f;
+        clear_dot();
         if (cur_kc == chunks && !last) cur_kc = 0, first = toff[++cur_j], ntok = toff[cur_j + 1] - first;
       }
       load_next_h(b_tile0);  // this buffer now fetches the unit two ahead
@@ -478,10 +501,10 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
     }
     cp_async_wait<0>();
     __syncthreads();
-    for (int i = threadIdx.x; i < T * 16; i += blockDim.x) {
+    for (int i = threadIdx.x; i < T * kRows; i += blockDim.x) {
       float y = acc_all[i];
-      for (int w = 1; w < kGemm2Warps; ++w) y = __fadd_rn(y, acc_all[size_t(w) * kFusedDecodeMaxTokens * 16 + i]);
-      p.out[size_t(i / 16) * p.hidden_size + rb * kDecodeTileRows + i % 16] = __float2bfloat16_rn(y);
+      for (int w = 1; w < kGemm2Warps; ++w) y = __fadd_rn(y, acc_all[size_t(w) * kAccTokens * kRows + i]);
+      p.out[size_t(i / kRows) * p.hidden_size + rb * kRows + i % kRows] = __float2bfloat16_rn(y);
     }
     __syncthreads();  // accumulators are zeroed for the next row block
   }
@@ -505,10 +528,27 @@ Gemm1Kernel gemm1_kernel(int shape) {
 }
 
 using Gemm2Kernel = void (*)(Gemm2Params);
+// A launch-2 shape's instance for chunks of at most kTokenGroup tokens (one_tile) or for larger ones; a
+// 32-row shape has only the first (null for the other).
+template <int kShape>
+Gemm2Kernel gemm2_instance(bool one_tile) {
+  if constexpr (kGemm2Shapes[kShape].row_tiles == 1)
+    return one_tile ? fused_gemm2_kernel<kShape, true> : fused_gemm2_kernel<kShape, false>;
+  else
+    return one_tile ? fused_gemm2_kernel<kShape, true> : nullptr;
+}
+static_assert(kGemm2ShapeCount == 3, "one case per launch-2 shape");
 Gemm2Kernel gemm2_kernel(int shape, bool one_tile) {
-  FP4MOE_CHECK(shape >= 0 && shape < kGemm2ShapeCount, "fused decode: unknown launch-2 shape ", shape);
-  if (shape == 0) return one_tile ? fused_gemm2_kernel<0, true> : fused_gemm2_kernel<0, false>;
-  return one_tile ? fused_gemm2_kernel<1, true> : fused_gemm2_kernel<1, false>;
+  Gemm2Kernel kernel = nullptr;
+  switch (shape) {
+    case 0: kernel = gemm2_instance<0>(one_tile); break;
+    case 1: kernel = gemm2_instance<1>(one_tile); break;
+    case 2: kernel = gemm2_instance<2>(one_tile); break;
+    default: FP4MOE_CHECK(false, "fused decode: unknown launch-2 shape ", shape);
+  }
+  FP4MOE_CHECK(kernel != nullptr, "fused decode: launch-2 shape ", shape, " (32 rows of H per CTA) takes chunks of at most ",
+               kTokenGroup, " tokens only");
+  return kernel;
 }
 
 // A shape-index planning knob (measurements, tests): -1 when unset or empty, else its single digit
@@ -594,6 +634,39 @@ Gemm1Size size_gemm1(const MoeProblem& problem, int tk_cap, int shape, int multi
   return size;
 }
 
+// Launch 2's configuration for one kind of chunk: the kernel's shared-memory attribute (set here) and its
+// grid (every CTA resident, at most one per row block). `full`: only at the shape's CTAs per SM, else
+// none (grid 0: the plan takes another shape); otherwise (a forced shape) at any occupancy, an error when
+// the shape cannot be resident at all.
+FusedDecodeLaunch2 size_gemm2(const MoeProblem& problem, int tk_cap, int shape, bool one_tile, int multiprocessors,
+                              int optin, bool full) {
+  const auto gemm2 = gemm2_kernel(shape, one_tile);  // checks the shape and the instance
+  const Gemm2Shape shape2 = kGemm2Shapes[shape];
+  const size_t smem = gemm2_smem(tk_cap, shape2, one_tile).total;
+  int occupancy = 0;
+  if (smem <= size_t(optin)) {
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy, gemm2, shape2.warps * 32, smem));
+  }
+  if (occupancy < (full ? shape2.ctas_per_sm : 1)) {
+    FP4MOE_CHECK(full, "fused decode: launch 2 (shape ", shape, ", ", smem, " bytes of shared memory per block) cannot be ",
+                 "resident on this device (", optin, " bytes per block)");
+    return FusedDecodeLaunch2{};
+  }
+  const int64_t row_blocks = problem.hidden / (kDecodeTileRows * shape2.row_tiles);
+  FusedDecodeLaunch2 launch;
+  launch.shape = shape;
+  launch.smem = smem;
+  launch.grid = static_cast<int>(std::min<int64_t>(row_blocks, int64_t(occupancy) * multiprocessors));
+  return launch;
+}
+
+// Launch 2's configuration for a chunk of T tokens (plan_moe_fused_decode's three).
+const FusedDecodeLaunch2& launch2_for(const FusedDecodePlan& plan, int tokens) {
+  if (tokens > kTokenGroup) return plan.gemm2_many;
+  return tokens >= kFusedDecodeGemm2FewFrom ? plan.gemm2_few : plan.gemm2_latency;
+}
+
 }  // namespace
 
 int fused_decode_route_share_from() {
@@ -621,21 +694,36 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   int device = 0, optin = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  // Launch 2's CTA shape (kGemm2Shapes): FP4MOE_FD_GEMM2_SHAPE (measurements, tests), else the default
-  // where its shared memory fits a block (10 warps need 105 KiB at Qwen3.5-397B's 640 slots, more than
-  // the 99 KiB of SM86/89/120 parts), else the 8-warp shape (95 KiB there).
-  const int shape2_knob = read_shape_knob("FP4MOE_FD_GEMM2_SHAPE", kGemm2ShapeCount);
-  if (shape2_knob >= 0) {
-    plan.gemm2_shape = shape2_knob;
-  } else {
-    const bool fits = gemm2_smem(tk_cap, kGemm2Shapes[kFusedDecodeDefaultGemm2Shape]).total <= size_t(optin);
-    plan.gemm2_shape = fits ? kFusedDecodeDefaultGemm2Shape : 0;
-  }
   plan.route_share_from = fused_decode_route_share_from();
-  const Gemm2Shape shape2 = kGemm2Shapes[plan.gemm2_shape];
-  plan.gemm2_smem = gemm2_smem(tk_cap, shape2).total;
-  FP4MOE_CHECK(plan.gemm2_smem <= size_t(optin), "fused decode: launch 2 needs ", plan.gemm2_smem,
-               " bytes of shared memory per block, the device allows ", optin);
+  // Launch 2's CTA shapes (kGemm2Shapes) for chunks of 1..3, 4..8 and more tokens (the header says why;
+  // the first and the last take the same shape, in its two instances):
+  // FP4MOE_FD_GEMM2_SHAPE (measurements, tests; a 32-row shape for chunks of up to 8 tokens only), else the
+  // first of the preferred shapes that runs at its full CTAs per SM on this device (10 warps need 105 KiB
+  // for 64 tokens at Qwen3.5-397B's 640 slots, more than the 99 KiB of SM86/89/120 parts, where 8 warps
+  // take 95 KiB).
+  const int shape2_knob = read_shape_knob("FP4MOE_FD_GEMM2_SHAPE", kGemm2ShapeCount);
+  auto first_full = [&](std::initializer_list<int> shapes, bool one_tile) {
+    for (const int shape : shapes) {
+      const FusedDecodeLaunch2 launch = size_gemm2(problem, tk_cap, shape, one_tile, multiprocessors, optin, true);
+      if (launch.grid > 0) return launch;
+    }
+    return size_gemm2(problem, tk_cap, 0, one_tile, multiprocessors, optin, false);  // an error if it cannot run
+  };
+  auto forced = [&](bool one_tile) {
+    return size_gemm2(problem, tk_cap, shape2_knob, one_tile, multiprocessors, optin, false);
+  };
+  plan.gemm2_many = shape2_knob >= 0 && kGemm2Shapes[shape2_knob].row_tiles == 1
+                        ? forced(false)
+                        : first_full({kFusedDecodeDefaultGemm2Shape}, false);
+  plan.gemm2_latency = shape2_knob >= 0 ? forced(true) : first_full({kFusedDecodeDefaultGemm2Shape}, true);
+  // 32-row CTAs where no SM gets more rows than with 16-row ones: Qwen3.5-397B's 256 tiles of H are 2 per
+  // SM either way on 132 SMs; the 128 tiles of H = 2048 would be 2 on 64 SMs instead of 1 on 128.
+  const int64_t tiles = problem.hidden / kDecodeTileRows, sms = multiprocessors;
+  const int few_rows = kGemm2Shapes[kFusedDecodeGemm2FewShape].row_tiles;
+  const bool balanced = few_rows * ((tiles / few_rows + sms - 1) / sms) <= (tiles + sms - 1) / sms;
+  plan.gemm2_few = shape2_knob < 0 && balanced
+                       ? first_full({kFusedDecodeGemm2FewShape, kFusedDecodeDefaultGemm2Shape}, true)
+                       : plan.gemm2_latency;
   // Launch 1's shape (kGemm1Shapes): W4A4's; or FP4MOE_FD_GEMM1_SHAPE (measurements, tests); or the default
   // where it fits at its full CTAs per SM, else 16-row items.
   const int shape1_knob = read_shape_knob("FP4MOE_FD_GEMM1_SHAPE", kFusedDecodeW4A16Gemm1ShapeCount);
@@ -653,18 +741,6 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   plan.gemm1_grid = size1.per_sm * multiprocessors;
   plan.gemm1_item_cap = size1.item_cap;
   plan.gemm1_smem = size1.smem;  // size_gemm1 left the kernel's shared-memory attribute at this size
-  int occupancy2 = 1 << 30;
-  for (const bool one_tile : {false, true}) {  // both forms of launch 2 run on the same grid
-    const auto gemm2 = gemm2_kernel(plan.gemm2_shape, one_tile);
-    FP4MOE_CUDA_CHECK(
-        cudaFuncSetAttribute(gemm2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.gemm2_smem)));
-    int occupancy = 0;
-    FP4MOE_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy, gemm2, shape2.warps * 32, plan.gemm2_smem));
-    occupancy2 = std::min(occupancy2, occupancy);
-  }
-  FP4MOE_CHECK(occupancy2 >= 1, "fused decode: launch 2 cannot be resident on this device");
-  plan.gemm2_grid = static_cast<int>(std::min<int64_t>(problem.hidden / kDecodeTileRows, int64_t(occupancy2) * multiprocessors));
   return plan;
 }
 
@@ -678,7 +754,8 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
                "fused decode: null weight pointer");
   const bool w4a4 = problem.activation_mode == ActivationMode::kW4A4;
   FP4MOE_CHECK(!w4a4 || (weights.w13_input_scale && weights.w2_input_scale), "fused decode: W4A4 needs the input scales");
-  FP4MOE_CHECK(plan.gemm1_grid > 0 && plan.gemm2_grid > 0, "fused decode: not planned (plan_moe_fused_decode)");
+  FP4MOE_CHECK(plan.gemm1_grid > 0 && plan.gemm2_latency.grid > 0 && plan.gemm2_few.grid > 0 && plan.gemm2_many.grid > 0,
+               "fused decode: not planned (plan_moe_fused_decode)");
   const int H = static_cast<int>(problem.hidden), I = static_cast<int>(problem.inter);
   const int E = static_cast<int>(problem.num_experts), K = static_cast<int>(problem.top_k);
   const int tk_cap = tk_capacity(problem);
@@ -691,8 +768,10 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
                    gemm1_max_items(tk_cap, I, kGemm1Shapes[plan.gemm1_shape].row_tiles),
                "fused decode: the plan's item table (", plan.gemm1_item_cap, " per CTA) does not cover its grid (",
                plan.gemm1_grid, " CTAs)");
-  FP4MOE_CHECK(plan.gemm2_shape >= 0 && plan.gemm2_shape < kGemm2ShapeCount, "fused decode: unknown launch-2 shape ",
-               plan.gemm2_shape);
+  // Launch 2's shapes and instances (gemm2_kernel checks them): chunks of up to 8 tokens take the one-tile one.
+  for (const FusedDecodeLaunch2* launch2 : {&plan.gemm2_latency, &plan.gemm2_few})
+    (void)gemm2_kernel(launch2->shape, true);
+  (void)gemm2_kernel(plan.gemm2_many.shape, false);
   const auto* hidden = static_cast<const __nv_bfloat16*>(run.hidden);
   auto* out = static_cast<__nv_bfloat16*>(run.out);
   for (int64_t t0 = 0; t0 < run.tokens; t0 += kFusedDecodeMaxTokens) {
@@ -725,9 +804,10 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p2.out = out + t0 * H;
     // SM90+: launch 2 overlaps launch 1's tail (programmatic dependent launch). Up to 8 tokens, every
     // expert's tokens are one tile.
-    launch_maybe_programmatic(gemm2_kernel(plan.gemm2_shape, T <= kTokenGroup), static_cast<unsigned>(plan.gemm2_grid),
-                              static_cast<unsigned>(kGemm2Shapes[plan.gemm2_shape].warps * 32),  // index checked above
-                              plan.gemm2_smem, stream, p2);
+    const FusedDecodeLaunch2& launch2 = launch2_for(plan, T);
+    launch_maybe_programmatic(gemm2_kernel(launch2.shape, T <= kTokenGroup), static_cast<unsigned>(launch2.grid),
+                              static_cast<unsigned>(kGemm2Shapes[launch2.shape].warps * 32),  // shape checked above
+                              launch2.smem, stream, p2);
   }
 }
 

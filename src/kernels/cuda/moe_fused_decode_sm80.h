@@ -5,7 +5,7 @@
 //             sorts the slots by expert, and takes (expert, 8-token group, 16- or 32-row block of W13)
 //             items: GEMM1, SwiGLU, h [slot, I] BF16 (W4A4: NVFP4-quantized with w2_input_scale). Its
 //             last CTA also writes the routing record that launch 2 reads.
-//   launch 2: one CTA per 16 output rows of H streams those rows of W2 for every touched expert, and
+//   launch 2: one CTA per 16 or 32 output rows of H streams those rows of W2 for every touched expert, and
 //             adds weight * down_scale2 * (W2 row . h) per token in a fixed order: the combine is
 //             inside the GEMM, so the output is written once, without atomics. It reads the routing
 //             record once launch 1's writer flags it and starts its W2 copies before waiting for h.
@@ -39,10 +39,20 @@ struct FusedDecodeWeights {
 inline constexpr int kFusedDecodeW4A16Gemm1ShapeCount = 2;
 inline constexpr int kFusedDecodeDefaultGemm1Shape = 1;  // 32-row items, 2 CTAs per SM
 
-// Launch 2's CTA shapes (warps per CTA, ring stages; the table is in the .cu). plan_moe_fused_decode takes
-// kFusedDecodeDefaultGemm2Shape, or FP4MOE_FD_GEMM2_SHAPE=0..count-1 (read when planning; measurements, tests).
-inline constexpr int kFusedDecodeGemm2ShapeCount = 2;
-inline constexpr int kFusedDecodeDefaultGemm2Shape = 1;  // 10 warps per CTA
+// Launch 2's CTA shapes (warps per CTA, ring stages, 16 or 32 rows of H per CTA; the table is in the .cu),
+// by chunk size (H200, docs/perf/2026-12-01-h200-r20.md):
+//   4..8 tokens: kFusedDecodeGemm2FewShape, 32 rows and 20 warps (two tiles share each step's h loads and
+//     bookkeeping), where no SM gets more rows than with 16-row CTAs: 3.6 % faster at 8 tokens of
+//     Qwen3.5-397B, 1 % at 4, but 1-9 % slower at 1-3 (one CTA per SM: it starts only once launch 1 has
+//     left the SM, while a 16-row CTA starts beside the SM's last launch-1 CTA);
+//   other chunks: kFusedDecodeDefaultGemm2Shape, 16 rows, 10 warps, 5 stages.
+// Each where it runs at its full CTAs per SM, else the next (down to shape 0, 8 warps: the 99 KiB of
+// SM86/89/120 parts). FP4MOE_FD_GEMM2_SHAPE=0..count-1 (read when planning; measurements, tests) forces a
+// shape for chunks of up to 8 tokens, and for larger chunks too when it is a 16-row one.
+inline constexpr int kFusedDecodeGemm2ShapeCount = 3;
+inline constexpr int kFusedDecodeDefaultGemm2Shape = 1;  // 10 warps, 5 stages, 16 rows
+inline constexpr int kFusedDecodeGemm2FewShape = 2;      // 20 warps, 4 stages, 32 rows
+inline constexpr int kFusedDecodeGemm2FewFrom = 4;       // tokens from which a chunk takes the few-token shape
 // From this many tokens per chunk on, launch 1's CTAs share the routing (each token routed by one CTA)
 // instead of each routing every token. H200, 2026-12-01 (docs/perf/2026-12-01-h200-r17.md): at 2 tokens
 // the per-CTA routing was faster (Qwen3.5-397B 59.4 against 61.5 us), at 4 the shared one (106.2 against
@@ -53,15 +63,22 @@ inline constexpr int kFusedDecodeDefaultRouteShareFrom = 4;
 // declared variants.
 int fused_decode_route_share_from();
 
+// One of launch 2's three configurations (by the chunk's tokens).
+struct FusedDecodeLaunch2 {
+  int shape = -1;  // CTA shape: index into the kernel's table
+  int grid = 0;
+  size_t smem = 0;
+};
+
 // Launch configuration chosen once per device (grid sizes fixed so that runs can be captured).
 struct FusedDecodePlan {
   int gemm1_grid = 0;
-  int gemm2_grid = 0;
   size_t gemm1_smem = 0;
   int gemm1_item_cap = 0;  // launch 1's item table: the most items a CTA of its grid takes
   int gemm1_shape = kFusedDecodeDefaultGemm1Shape;  // launch 1's shape (index into the kernel's table)
-  size_t gemm2_smem = 0;
-  int gemm2_shape = kFusedDecodeDefaultGemm2Shape;  // launch 2's CTA shape (index into the kernel's table)
+  FusedDecodeLaunch2 gemm2_latency;  // launch 2 for chunks of 1..kFusedDecodeGemm2FewFrom - 1 tokens
+  FusedDecodeLaunch2 gemm2_few;      // launch 2 for chunks of kFusedDecodeGemm2FewFrom..8 tokens
+  FusedDecodeLaunch2 gemm2_many;     // launch 2 for larger chunks
   int route_share_from = kFusedDecodeDefaultRouteShareFrom;  // tokens from which launch 1's CTAs share routing
 };
 

@@ -45,19 +45,38 @@ constexpr int kTokenGroup = 8;  // tokens per GEMM1 item: one n8 tile (decode ha
 constexpr int kLutBytes = 256 * 4;
 static_assert(kStages1 >= 3, "the ring keeps at least two copies in flight");
 
-// Launch 2's CTA shapes (one CTA per 16 rows of H; its warps share the units): warps per CTA, ring stages
-// per warp, CTAs per SM for __launch_bounds__. 8 warps (106 registers, 6 stages) fit 16 warps per SM;
-// 10 warps (96 registers, 5 stages) fit 20, and each warp walks 8 instead of 10 units at one token of
-// Qwen3.5-397B. Both measured the same within 1 % on the H200 (2026-11-30-h200-fused-decode-3.md); 12
-// warps needed <= 80 registers, spilled 148 bytes in the unit loop and were 7-10 % slower (dropped).
+// Launch 2's CTA shapes: warps per CTA (they share the units), ring stages per warp, CTAs per SM for
+// __launch_bounds__, and 16-row tiles of H per CTA (row_tiles); the header says which chunks take which.
+// 0, 1: 8 warps (6 stages) fit 16 warps per SM, 10 warps (5 stages, 88 registers) 20; each warp of 10
+//   walks 8 instead of 10 units at one token of Qwen3.5-397B. Both measured the same within 1 % on the H200
+//   (2026-11-30-h200-fused-decode-3.md); 12 warps needed <= 80 registers, spilled 148 bytes in the unit
+//   loop and were 7-10 % slower (dropped).
+// 2: two tiles per CTA (32 rows of H) share each step's h loads, ring bookkeeping, copy issue and loop
+//   control, as launch 1's 32-row items do: 20 warps, 4 stages, 96 registers (4 bytes spilled), 211 KB
+//   at Qwen3.5-397B. 16 warps x 5 stages measured 1 % slower at 8 tokens of Qwen3.5-397B, 10 warps x 4
+//   stages 1-19 % slower at 1-8 tokens (docs/perf/2026-12-01-h200-r20.md). The one-tile instance only
+//   (8-token accumulators: 64 would take 164 KB at 20 warps).
+// Not kept: 10 warps x 8 stages for chunks of 1-3 tokens (104 KiB, so a CTA fits an SM beside a launch-1
+// CTA and fills 7 of its warps' 8 units at one token before launch 1 ends): 1-3 % slower than shape 1.
 struct Gemm2Shape {
-  int warps, stages, ctas_per_sm;
+  int warps, stages, ctas_per_sm, row_tiles;
 };
-inline constexpr Gemm2Shape kGemm2Shapes[] = {{8, 6, 1}, {10, 5, 2}};
+inline constexpr Gemm2Shape kGemm2Shapes[] = {{8, 6, 1, 1}, {10, 5, 2, 1}, {20, 4, 1, 2}};
 inline constexpr int kGemm2ShapeCount = kFusedDecodeGemm2ShapeCount;
 static_assert(sizeof(kGemm2Shapes) / sizeof(kGemm2Shapes[0]) == kGemm2ShapeCount, "the header counts the shapes");
-static_assert(kFusedDecodeDefaultGemm2Shape >= 0 && kFusedDecodeDefaultGemm2Shape < kGemm2ShapeCount, "default shape");
-static_assert(kGemm2Shapes[0].stages >= 3 && kGemm2Shapes[1].stages >= 3, "the rings keep two copies in flight");
+__host__ __device__ constexpr bool gemm2_shapes_valid() {
+  for (const Gemm2Shape& s : kGemm2Shapes)
+    if (s.stages < 3 || s.warps < 1 || s.ctas_per_sm < 1 || (s.row_tiles != 1 && s.row_tiles != 2)) return false;
+  return true;
+}
+static_assert(gemm2_shapes_valid(), "the rings keep two copies in flight; one or two tiles per CTA");
+static_assert(kFusedDecodeDefaultGemm2Shape >= 0 && kFusedDecodeDefaultGemm2Shape < kGemm2ShapeCount &&
+                  kGemm2Shapes[kFusedDecodeDefaultGemm2Shape].row_tiles == 1 && kGemm2Shapes[0].row_tiles == 1 &&
+                  kGemm2Shapes[0].ctas_per_sm == 1,
+              "chunks of more than 8 tokens need a 16-row default and a fallback of one CTA per SM");
+static_assert(kFusedDecodeGemm2FewShape >= 0 && kFusedDecodeGemm2FewShape < kGemm2ShapeCount,
+              "the shape for chunks of 4..8 tokens");
+static_assert(kFusedDecodeGemm2FewFrom >= 1 && kFusedDecodeGemm2FewFrom <= kTokenGroup + 1, "a threshold within 1..9");
 static_assert(kFusedDecodeMaxTokens % kTokenGroup == 0, "token chunks are whole token groups");
 
 __host__ __device__ constexpr size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
@@ -113,18 +132,21 @@ __host__ __device__ inline Gemm1Smem gemm1_smem(int num_experts, int tk_cap, int
   return s;
 }
 
-// Launch 2: LUT | ring | accumulators [warps][kFusedDecodeMaxTokens][16] | touched, toff, sorted slots,
-// their tokens (int16) | per sorted slot: routing weight * down_scale2 * 2^9 (* input scale) (fp32, from
-// the record).
+// Launch 2: LUT | ring | accumulators [warps][tokens][16 row_tiles] | touched, toff, sorted slots, their
+// tokens (int16) | per sorted slot: routing weight * down_scale2 * 2^9 (* input scale) (fp32, from the
+// record). `one_tile`: the instance for chunks of at most kTokenGroup tokens (accumulators for 8 tokens).
 struct Gemm2Smem {
   size_t lut, ring, acc, touched, toff, sorted, sorted_token, slot_factor, total;
 };
-__host__ __device__ inline Gemm2Smem gemm2_smem(int tk_cap, Gemm2Shape shape) {
+__host__ __device__ constexpr int gemm2_acc_tokens(bool one_tile) {
+  return one_tile ? kTokenGroup : static_cast<int>(kFusedDecodeMaxTokens);
+}
+__host__ __device__ inline Gemm2Smem gemm2_smem(int tk_cap, Gemm2Shape shape, bool one_tile) {
   Gemm2Smem s{};
   s.lut = 0;
   s.ring = kLutBytes;
-  s.acc = s.ring + size_t(shape.warps) * shape.stages * kDecodeBlockBytes;
-  s.touched = s.acc + size_t(shape.warps) * kFusedDecodeMaxTokens * 16 * 4;
+  s.acc = s.ring + size_t(shape.warps) * shape.stages * shape.row_tiles * kDecodeBlockBytes;
+  s.touched = s.acc + size_t(shape.warps) * gemm2_acc_tokens(one_tile) * kDecodeTileRows * shape.row_tiles * 4;
   s.toff = align16(s.touched + size_t(tk_cap) * 2);
   s.sorted = align16(s.toff + size_t(tk_cap + 1) * 2);
   s.sorted_token = align16(s.sorted + size_t(tk_cap) * 2);

@@ -1,9 +1,10 @@
-// cuda.sm80.fused_decode.v1 under each of its launch-2 CTA shapes (warps per CTA and ring stages,
-// FP4MOE_FD_GEMM2_SHAPE, read when the backend is prepared): every shape must compute the function of
-// the CPU reference within the suite's budget, write every element, and be deterministic (two eager
-// runs and a graph replay give the same bits). H = 6144 gives 384 row blocks of 16, more than the
-// resident grid of any shape on an H200 (at most 264 CTAs), so the persistent loop's later row blocks
-// (their ring filled after griddepcontrol.wait) run too. A shape whose unit split, accumulator
+// cuda.sm80.fused_decode.v1 under each of its launch-2 CTA shapes (warps per CTA, ring stages, 16 or 32
+// rows of H; FP4MOE_FD_GEMM2_SHAPE, read when the backend is prepared; a 32-row shape takes the chunks
+// of up to 8 tokens): every shape must compute the function of the CPU reference within the suite's
+// budget, write every element, and be deterministic (two eager runs and a graph replay give the same
+// bits). H = 6144 gives 384 row blocks of 16 or 192 of 32, more than the resident grid of any shape on
+// an H200 (at most 264 or 132 CTAs), so the persistent loop's later row blocks (their ring filled after
+// griddepcontrol.wait) run too. A shape whose unit split, accumulator
 // reduction or ring is wrong fails here even when the default shape passes the backend suite. The
 // second test compares launch 1's shared routing with its per-CTA routing.
 #include <gtest/gtest.h>
@@ -118,6 +119,60 @@ TEST(FusedDecodeShapes, Launch1ShapeKnobIsCheckedAndW4A4KeepsItsShape) {
     ADD_FAILURE() << "FP4MOE_FD_GEMM1_SHAPE with W4A4 was accepted";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("W4A4 has one"), std::string::npos) << e.what();
+  }
+}
+
+// Launch 2's three configurations, by chunk size. Chunks of 1..3 and of more than 8 tokens take the 16-row
+// default (its two instances); chunks of 4..8 the 32-row shape where no SM gets more rows than with
+// 16-row CTAs (the plan takes the SM count as an argument, so the rule is
+// checked for 132 SMs on any device): H = 4096 has 256 tiles, 2 per SM either way, so 128 CTAs of 32
+// rows; H = 2048's 128 tiles would be 2 on 64 SMs, so 16-row CTAs (grid 128). FP4MOE_FD_GEMM2_SHAPE forces
+// the shape of the chunks of up to 8 tokens, and of the larger ones only with a 16-row shape.
+TEST(FusedDecodeShapes, Launch2ShapesFollowTheChunkSizeAndTheRowBalance) {
+  std::string why;
+  const DeviceInfo* device = test::sm80_device(why);
+  if (!device) GTEST_SKIP() << why;
+  FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
+  int optin = 0, per_sm = 0;
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device->ordinal));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device->ordinal));
+  if (optin < 220 * 1024 || per_sm < 220 * 1024)
+    GTEST_SKIP() << "the default shapes need ~210 KiB of shared memory per block and per SM; this device has " << optin
+                 << " and " << per_sm;
+  const KnobReset reset{"FP4MOE_FD_GEMM2_SHAPE"};
+  unsetenv("FP4MOE_FD_GEMM2_SHAPE");
+  const MoeProblem wide = make_moe_problem(4096, 512, 64, 8, ActivationMode::kW4A16);
+  const MoeProblem narrow = make_moe_problem(2048, 512, 64, 8, ActivationMode::kW4A16);
+  const FusedDecodePlan wide_plan = plan_moe_fused_decode(wide, 132);
+  EXPECT_EQ(wide_plan.gemm2_latency.shape, kFusedDecodeDefaultGemm2Shape);
+  EXPECT_EQ(wide_plan.gemm2_latency.grid, 4096 / 16);  // 2 CTAs per SM: 264 resident
+  EXPECT_EQ(wide_plan.gemm2_few.shape, kFusedDecodeGemm2FewShape);
+  EXPECT_EQ(wide_plan.gemm2_few.grid, 4096 / 32);
+  EXPECT_EQ(wide_plan.gemm2_many.shape, kFusedDecodeDefaultGemm2Shape);
+  EXPECT_EQ(wide_plan.gemm2_many.grid, 4096 / 16);
+  EXPECT_LT(wide_plan.gemm2_latency.smem, wide_plan.gemm2_many.smem) << "the one-tile instance holds 8 tokens, not 64";
+  const FusedDecodePlan narrow_plan = plan_moe_fused_decode(narrow, 132);
+  EXPECT_EQ(narrow_plan.gemm2_latency.shape, kFusedDecodeDefaultGemm2Shape);
+  EXPECT_EQ(narrow_plan.gemm2_few.shape, kFusedDecodeDefaultGemm2Shape) << "32-row CTAs would leave SMs idle";
+  EXPECT_EQ(narrow_plan.gemm2_few.grid, 2048 / 16);
+  ASSERT_EQ(setenv("FP4MOE_FD_GEMM2_SHAPE", std::to_string(kFusedDecodeGemm2FewShape).c_str(), 1), 0);
+  const FusedDecodePlan forced = plan_moe_fused_decode(narrow, 132);
+  EXPECT_EQ(forced.gemm2_latency.shape, kFusedDecodeGemm2FewShape);
+  EXPECT_EQ(forced.gemm2_few.shape, kFusedDecodeGemm2FewShape);
+  EXPECT_EQ(forced.gemm2_few.grid, 2048 / 32);
+  EXPECT_EQ(forced.gemm2_many.shape, kFusedDecodeDefaultGemm2Shape) << "a 32-row shape took chunks of 64 tokens";
+  ASSERT_EQ(setenv("FP4MOE_FD_GEMM2_SHAPE", "0", 1), 0);
+  const FusedDecodePlan eight_warps = plan_moe_fused_decode(wide, 132);
+  for (const FusedDecodeLaunch2& launch : {eight_warps.gemm2_latency, eight_warps.gemm2_few, eight_warps.gemm2_many})
+    EXPECT_EQ(launch.shape, 0);
+  for (const std::string& bad : {std::to_string(kFusedDecodeGemm2ShapeCount), std::string("x")}) {
+    ASSERT_EQ(setenv("FP4MOE_FD_GEMM2_SHAPE", bad.c_str(), 1), 0);
+    try {
+      plan_moe_fused_decode(wide, 132);
+      ADD_FAILURE() << "FP4MOE_FD_GEMM2_SHAPE=" << bad << " was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("FP4MOE_FD_GEMM2_SHAPE must be 0.."), std::string::npos) << e.what();
+    }
   }
 }
 
