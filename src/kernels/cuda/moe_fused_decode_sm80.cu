@@ -15,14 +15,14 @@
 // routing launch is needed; items = (expert, 8-token group, 32 rows of W13 = 2 x (8 gate + 8 up rows):
 // two mma tiles share each step's activations and bookkeeping; 16 rows where two such CTAs do not fit an
 // SM; W4A4's h quantization needs the 32), K split over the 8 warps, summed in warp order. Launch 2
-// (GEMM2 + combine): items = 16 rows of H, or 32 for chunks of up to 8 tokens where that leaves no SM
-// more rows (two mma tiles share each step's h and bookkeeping); the CTA's warps (kGemm2Shapes) split
-// the (expert, K chunk) units in contiguous ranges, each folds weight * down_scale2 * its dot over an
-// expert's chunks into its own fp32 token x row accumulators, summed in warp order at the end. On SM90 both are programmatic
-// dependent launches: launch 2 reads the routing record as soon as launch 1's writer CTA has released it
-// (a flag, long before launch 1 ends) and fills its first W2 ring stages before griddepcontrol.wait; only
-// h waits for launch 1. All orders are fixed: bit-identical reruns. The per-lane steps (activation loads,
-// a chunk's decode + mma, the lane's block copies) are in
+// (GEMM2 + combine): items = 16 rows of H, or 32 for chunks of 4-8 tokens where that leaves no SM more
+// rows (two mma tiles share each step's h and bookkeeping); the CTA's warps (kGemm2Shapes) split the
+// (expert, K chunk) units in contiguous ranges, each folds weight * down_scale2 * its dot over an
+// expert's chunks into its own fp32 token x row accumulators, summed in warp order at the end. On SM90
+// both are programmatic dependent launches: launch 2 reads the routing record as soon as launch 1's
+// writer CTA has released it (a flag, long before launch 1 ends) and fills its first W2 ring stages
+// before griddepcontrol.wait; only h waits for launch 1. All orders are fixed: bit-identical reruns. The
+// per-lane steps (activation loads, a chunk's decode + mma, the lane's block copies) are in
 // moe_fused_decode_sm80_steps.cuh, the slot sort in moe_fused_decode_sm80_slots.cuh.
 #include <cuda_bf16.h>
 
@@ -546,8 +546,8 @@ Gemm2Kernel gemm2_kernel(int shape, bool one_tile) {
     case 2: kernel = gemm2_instance<2>(one_tile); break;
     default: FP4MOE_CHECK(false, "fused decode: unknown launch-2 shape ", shape);
   }
-  FP4MOE_CHECK(kernel != nullptr, "fused decode: launch-2 shape ", shape, " (32 rows of H per CTA) takes chunks of at most ",
-               kTokenGroup, " tokens only");
+  FP4MOE_CHECK(kernel != nullptr, "fused decode: launch-2 shape ", shape,
+               " (32 rows of H per CTA) takes chunks of at most ", kTokenGroup, " tokens only");
   return kernel;
 }
 
@@ -649,8 +649,8 @@ FusedDecodeLaunch2 size_gemm2(const MoeProblem& problem, int tk_cap, int shape, 
     FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy, gemm2, shape2.warps * 32, smem));
   }
   if (occupancy < (full ? shape2.ctas_per_sm : 1)) {
-    FP4MOE_CHECK(full, "fused decode: launch 2 (shape ", shape, ", ", smem, " bytes of shared memory per block) cannot be ",
-                 "resident on this device (", optin, " bytes per block)");
+    FP4MOE_CHECK(full, "fused decode: launch 2 (shape ", shape, ", ", smem,
+                 " bytes of shared memory per block) cannot be resident on this device (", optin, " bytes per block)");
     return FusedDecodeLaunch2{};
   }
   const int64_t row_blocks = problem.hidden / (kDecodeTileRows * shape2.row_tiles);
@@ -754,7 +754,8 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
                "fused decode: null weight pointer");
   const bool w4a4 = problem.activation_mode == ActivationMode::kW4A4;
   FP4MOE_CHECK(!w4a4 || (weights.w13_input_scale && weights.w2_input_scale), "fused decode: W4A4 needs the input scales");
-  FP4MOE_CHECK(plan.gemm1_grid > 0 && plan.gemm2_latency.grid > 0 && plan.gemm2_few.grid > 0 && plan.gemm2_many.grid > 0,
+  FP4MOE_CHECK(plan.gemm1_grid > 0 && plan.gemm2_latency.grid > 0 && plan.gemm2_few.grid > 0 &&
+                   plan.gemm2_many.grid > 0,
                "fused decode: not planned (plan_moe_fused_decode)");
   const int H = static_cast<int>(problem.hidden), I = static_cast<int>(problem.inter);
   const int E = static_cast<int>(problem.num_experts), K = static_cast<int>(problem.top_k);
