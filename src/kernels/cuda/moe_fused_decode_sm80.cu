@@ -721,9 +721,12 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   const int64_t tiles = problem.hidden / kDecodeTileRows, sms = multiprocessors;
   const int few_rows = kGemm2Shapes[kFusedDecodeGemm2FewShape].row_tiles;
   const bool balanced = few_rows * ((tiles / few_rows + sms - 1) / sms) <= (tiles + sms - 1) / sms;
-  plan.gemm2_few = shape2_knob < 0 && balanced
-                       ? first_full({kFusedDecodeGemm2FewShape, kFusedDecodeDefaultGemm2Shape}, true)
-                       : plan.gemm2_latency;
+  // Where the 32-row shape is not balanced or does not run at its full CTAs per SM: the latency chunks'.
+  const FusedDecodeLaunch2 few =
+      shape2_knob < 0 && balanced
+          ? size_gemm2(problem, tk_cap, kFusedDecodeGemm2FewShape, true, multiprocessors, optin, true)
+          : FusedDecodeLaunch2{};
+  plan.gemm2_few = few.grid > 0 ? few : plan.gemm2_latency;
   // Launch 1's shape (kGemm1Shapes): W4A4's; or FP4MOE_FD_GEMM1_SHAPE (measurements, tests); or the default
   // where it fits at its full CTAs per SM, else 16-row items.
   const int shape1_knob = read_shape_knob("FP4MOE_FD_GEMM1_SHAPE", kFusedDecodeW4A16Gemm1ShapeCount);

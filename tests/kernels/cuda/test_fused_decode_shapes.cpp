@@ -26,6 +26,17 @@ struct KnobReset {
   ~KnobReset() { unsetenv(knob); }
 };
 
+// Planning `problem` must fail with an error containing `expected`; `what` names the refused setting.
+void expect_plan_error(const MoeProblem& problem, int multiprocessors, const std::string& expected,
+                       const std::string& what) {
+  try {
+    plan_moe_fused_decode(problem, multiprocessors);
+    ADD_FAILURE() << what << " was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
 TEST(FusedDecodeShapes, EveryLaunch2ShapeMatchesTheReferenceAndIsDeterministic) {
   std::string why;
   const DeviceInfo* device = test::sm80_device(why);
@@ -105,21 +116,12 @@ TEST(FusedDecodeShapes, Launch1ShapeKnobIsCheckedAndW4A4KeepsItsShape) {
   }
   for (const char* bad : {"2", "-1", "01", "x"}) {
     ASSERT_EQ(setenv("FP4MOE_FD_GEMM1_SHAPE", bad, 1), 0);
-    try {
-      plan_moe_fused_decode(w4a16, device->multiprocessors);
-      ADD_FAILURE() << "FP4MOE_FD_GEMM1_SHAPE=" << bad << " was accepted";
-    } catch (const std::exception& e) {
-      const std::string expected = "FP4MOE_FD_GEMM1_SHAPE must be 0.." + std::to_string(kFusedDecodeW4A16Gemm1ShapeCount - 1);
-      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
-    }
+    expect_plan_error(w4a16, device->multiprocessors,
+                      "FP4MOE_FD_GEMM1_SHAPE must be 0.." + std::to_string(kFusedDecodeW4A16Gemm1ShapeCount - 1),
+                      "FP4MOE_FD_GEMM1_SHAPE=" + std::string(bad));
   }
   ASSERT_EQ(setenv("FP4MOE_FD_GEMM1_SHAPE", "0", 1), 0);
-  try {
-    plan_moe_fused_decode(w4a4, device->multiprocessors);
-    ADD_FAILURE() << "FP4MOE_FD_GEMM1_SHAPE with W4A4 was accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("W4A4 has one"), std::string::npos) << e.what();
-  }
+  expect_plan_error(w4a4, device->multiprocessors, "W4A4 has one", "FP4MOE_FD_GEMM1_SHAPE with W4A4");
 }
 
 // Launch 2's three configurations, by chunk size. Chunks of 1..3 and of more than 8 tokens take the 16-row
@@ -167,12 +169,7 @@ TEST(FusedDecodeShapes, Launch2ShapesFollowTheChunkSizeAndTheRowBalance) {
     EXPECT_EQ(launch.shape, 0);
   for (const std::string& bad : {std::to_string(kFusedDecodeGemm2ShapeCount), std::string("x")}) {
     ASSERT_EQ(setenv("FP4MOE_FD_GEMM2_SHAPE", bad.c_str(), 1), 0);
-    try {
-      plan_moe_fused_decode(wide, 132);
-      ADD_FAILURE() << "FP4MOE_FD_GEMM2_SHAPE=" << bad << " was accepted";
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find("FP4MOE_FD_GEMM2_SHAPE must be 0.."), std::string::npos) << e.what();
-    }
+    expect_plan_error(wide, 132, "FP4MOE_FD_GEMM2_SHAPE must be 0..", "FP4MOE_FD_GEMM2_SHAPE=" + bad);
   }
 }
 
