@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   extern __shared__ __align__(16) uint8_t smem[];
   const Gemm1Smem L = gemm1_smem(p.num_experts, p.tk_cap, MT, p.item_cap);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + L.lut);
-  uint8_t* ring = smem + L.ring;
+  uint8_t* ring_bytes = smem + L.ring;
   int32_t* route_ids = reinterpret_cast<int32_t*>(smem + L.route_ids);
   float* route_weights = reinterpret_cast<float*>(smem + L.route_weights);
   uint64_t* scan = reinterpret_cast<uint64_t*>(smem + L.scan);
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   const bool record_writer = blockIdx.x == gridDim.x - 1;
   const bool shared = p.share.on;
   const uint32_t tag = shared ? __ldcg(p.share.epoch) + 1u : 0u;
-  float* score = reinterpret_cast<float*>(ring) + size_t(warp) * 2 * E;
+  float* score = reinterpret_cast<float*>(ring_bytes) + size_t(warp) * 2 * E;
   const int first_token = shared ? (warp == 0 ? static_cast<int>(blockIdx.x) : T) : warp;
   const int token_stride = shared ? static_cast<int>(gridDim.x) : kGemm1Warps;
   for (int tok = first_token; tok < T; tok += token_stride) {
@@ -203,17 +203,16 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
     if (per_warp == 0 || i >= my_items) return nullptr;
     return p.w13 + items[i].w13_offset + size_t(warp) * kDecodeBlockBytes + lane * 16;
   };
-  constexpr size_t kStageBytes = size_t(MT) * kDecodeBlockBytes;
-  uint8_t* const my_ring = smem + L.ring + size_t(warp) * kStages1 * kStageBytes + lane * 16;
+  constexpr int kStageBytes = MT * kDecodeBlockBytes;
+  LaneRing ring(L.ring, warp, kStages1, kStageBytes, lane);
   int fetch_item = 0;
   int fetch_chunk = 0;
   const uint8_t* fetch_src = weight_source(fetch_item);
-  int fill_slot = 0;
-  auto issue = [&]() {  // copies the weights of the next fetch step (if any) into the next ring slot
+  auto issue = [&]() {  // copies the weights of the next fetch step (if any) into the next ring stage
     if (fetch_src) {
-      uint8_t* dst = my_ring + fill_slot * kStageBytes;
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) copy_lane_bytes(dst + mt * kDecodeBlockBytes, fetch_src + mt * tile_stride, lane);
+      for (int mt = 0; mt < MT; ++mt)
+        copy_lane_bytes(smem, ring.fill + mt * kDecodeBlockBytes, fetch_src + mt * tile_stride, ring.scale_delta);
       fetch_src += kGemm1Warps * kDecodeBlockBytes;
       if (++fetch_chunk == per_warp) {
         fetch_chunk = 0;
@@ -221,7 +220,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
       }
     }
     cp_async_commit();
-    fill_slot = fill_slot + 1 == kStages1 ? 0 : fill_slot + 1;
+    ring.fill = ring.next(ring.fill);
   };
   int act_item = 0;
   int act_chunk = 0;
@@ -240,20 +239,18 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   uint32_t b_even[16], b_odd[16];  // activations two steps ahead, used alternately (no register moves)
   load_next_activations(b_even);
   load_next_activations(b_odd);
-  int read_slot = 0, parity = 0;
+  int parity = 0;
   float acc[MT][4] = {};
   auto step = [&](uint32_t (&b)[16], float w4a4_scale) {
     cp_async_wait<kStages1 - 2>();
     issue();
     if constexpr (kW4A4) quantize_activations_w4a4(w4a4_scale, b);
-    const uint8_t* stage = my_ring + read_slot * kStageBytes;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      const uint8_t* tile = stage + mt * kDecodeBlockBytes;
-      const LaneBlock block = read_lane_block(tile, lane);
+      const LaneBlock block = read_lane_block(smem, ring.read + mt * kDecodeBlockBytes, ring.scale_delta);
       mma_chunk(acc[mt], block.row0, block.row1, block.scales, lut, b);
     }
-    read_slot = read_slot + 1 == kStages1 ? 0 : read_slot + 1;
+    ring.read = ring.next(ring.read);
     load_next_activations(b);  // this buffer now fetches the step two ahead
     parity ^= 1;
   };
@@ -332,7 +329,7 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   static_assert(RT == 1 || kOneTile, "32-row CTAs take chunks of at most 8 tokens (8-token accumulators)");
   constexpr int kRows = RT * kDecodeTileRows;                   // rows of H per row block
   constexpr int kAccTokens = gemm2_acc_tokens(kOneTile);
-  constexpr size_t kStageBytes = size_t(RT) * kDecodeBlockBytes;  // one ring stage: a chunk of each tile
+  constexpr int kStageBytes = RT * kDecodeBlockBytes;  // one ring stage: a chunk of each tile
   extern __shared__ __align__(16) uint8_t smem[];
   const Gemm2Smem L = gemm2_smem(p.tk_cap, kGemm2Shapes[kShape], kOneTile);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + L.lut);
@@ -380,7 +377,7 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   const int units = n_touched * chunks;
   const int u_begin = static_cast<int>(int64_t(units) * warp / kGemm2Warps);
   const int my_units = static_cast<int>(int64_t(units) * (warp + 1) / kGemm2Warps) - u_begin;
-  uint8_t* const my_ring = smem + L.ring + size_t(warp) * kStages2 * kStageBytes + lane * 16;
+  LaneRing ring(L.ring, warp, kStages2, kStageBytes, lane);
   float* acc = acc_all + size_t(warp) * kAccTokens * kRows;  // [token][kRows rows]
   // Lane (g, t)'s h row for touched expert j: the row of the expert's slot g (or of its slot 0, see
   // load_activations), from column 32 t.
@@ -392,12 +389,12 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   // The weight cursor of the current row block: zeroes the accumulators and fills kStages2 - 1 stages.
   const uint8_t* w2_rows = nullptr;
   const uint8_t* fetch_src = nullptr;
-  int fetch_kc = 0, fetch_j = 0, fetch_left = 0, fill_slot = 0;
+  int fetch_kc = 0, fetch_j = 0, fetch_left = 0;
   auto issue = [&]() {
     if (fetch_left > 0) {
 #pragma unroll
       for (int mt = 0; mt < RT; ++mt)
-        copy_lane_bytes(my_ring + fill_slot * kStageBytes + mt * kDecodeBlockBytes, fetch_src + mt * tile_stride, lane);
+        copy_lane_bytes(smem, ring.fill + mt * kDecodeBlockBytes, fetch_src + mt * tile_stride, ring.scale_delta);
       fetch_src += kDecodeBlockBytes;
       if (--fetch_left > 0 && ++fetch_kc == chunks) {
         fetch_kc = 0;
@@ -405,7 +402,7 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
       }
     }
     cp_async_commit();
-    fill_slot = fill_slot + 1 == kStages2 ? 0 : fill_slot + 1;
+    ring.fill = ring.next(ring.fill);
   };
   auto start_row_block = [&](int rb) {
     for (int i = lane; i < T * kRows; i += 32) acc[i] = 0.0f;
@@ -413,7 +410,7 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
     w2_rows = p.w2 + size_t(rb) * RT * tile_stride + lane * 16;
     fetch_j = u_begin / chunks, fetch_kc = u_begin % chunks, fetch_left = my_units;
     if (my_units > 0) fetch_src = w2_rows + size_t(touched[fetch_j]) * expert_stride + fetch_kc * kDecodeBlockBytes;
-    fill_slot = 0;
+    ring.fill = ring.read = ring.begin;
     for (int s = 0; s < kStages2 - 1; ++s) issue();
   };
   if (static_cast<int>(blockIdx.x) < row_blocks) start_row_block(blockIdx.x);
@@ -434,7 +431,7 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
     uint32_t b_even[16], b_odd[16];
     load_next_h(b_even);
     load_next_h(b_odd);
-    int cur_kc = u_begin % chunks, cur_j = u_begin / chunks, read_slot = 0;
+    int cur_kc = u_begin % chunks, cur_j = u_begin / chunks;
     int first = my_units > 0 ? toff[cur_j] : 0, ntok = my_units > 0 ? toff[cur_j + 1] - first : 0;
     // The current expert's first token tile (up to 8 tokens) per row tile, over its chunks so far.
     float dot[RT][4] = {};
@@ -463,16 +460,16 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
     auto step = [&](uint32_t (&b_tile0)[16], bool last) {
       cp_async_wait<kStages2 - 2>();
       issue();
-      const uint8_t* stage = my_ring + read_slot * kStageBytes;
-      read_slot = read_slot + 1 == kStages2 ? 0 : read_slot + 1;
+      const uint32_t stage = ring.read;
+      ring.read = ring.next(ring.read);
       if constexpr (kOneTile) {
 #pragma unroll
         for (int mt = 0; mt < RT; ++mt) {
-          const LaneBlock block = read_lane_block(stage + mt * kDecodeBlockBytes, lane);
+          const LaneBlock block = read_lane_block(smem, stage + mt * kDecodeBlockBytes, ring.scale_delta);
           mma_chunk(dot[mt], block.row0, block.row1, block.scales, lut, b_tile0);
         }
       } else {
-        const LaneBlock block = read_lane_block(stage, lane);  // RT = 1
+        const LaneBlock block = read_lane_block(smem, stage, ring.scale_delta);  // RT = 1
         // More than 8 tokens on this expert (rare at decode): every tile's chunk dot is folded at once; the
         // further tiles' h are loaded in place (b_tile0 is refilled for the unit two ahead below).
         for (int nt = 0; nt * 8 < ntok; ++nt) {

@@ -86,25 +86,49 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& row0, co
   }
 }
 
-// Copies a lane's bytes of one layout block: its 16 code bytes of each row half (decode_code_offset) and
-// its 4 scale bytes at kDecodeScaleOffset + 4 lane; `dst` and `src` point at the lane's first code bytes
-// (16 lane), so the scale bytes are at kDecodeScaleOffset - 12 lane from there. Each of the three copies
-// of a warp covers contiguous bytes.
+// A warp's private cp.async ring as one lane sees it: byte offsets into the kernel's shared memory of
+// the lane's bytes in the next stage to fill and the next to read. They are loop-carried, so they stay in
+// registers: until r21 ptxas recomputed each step's stage addresses from the thread index and the slot
+// numbers (it still rematerializes scale_delta). 24 fewer SASS instructions in launch 1's two-step loop
+// (793 -> 769), 0.6-1.4 % less time at 1-64 tokens of Qwen3.5-397B (docs/perf/2026-12-01-h200-r21.md).
+struct LaneRing {
+  uint32_t begin, end;  // the lane's bytes in the first stage; one stage past the last
+  int stage_bytes;
+  int scale_delta;  // from the lane's first code byte of a block to its scale bytes: kDecodeScaleOffset - 12 lane
+  uint32_t fill, read;
+  __device__ __forceinline__ LaneRing(size_t ring_offset, int warp, int stages, int stage_bytes_, int lane)
+      : begin(static_cast<uint32_t>(ring_offset + size_t(warp) * stages * stage_bytes_) + 16u * lane),
+        end(begin + static_cast<uint32_t>(stages * stage_bytes_)),
+        stage_bytes(stage_bytes_),
+        scale_delta(kDecodeScaleOffset - 12 * lane),
+        fill(begin),
+        read(begin) {}
+  __device__ __forceinline__ uint32_t next(uint32_t at) const {
+    at += stage_bytes;
+    return at == end ? begin : at;
+  }
+};
+
+// Copies a lane's bytes of one layout block to shared memory at byte offset `dst` of `smem`: its 16 code
+// bytes of each row half (decode_code_offset) and its 4 scale bytes at kDecodeScaleOffset + 4 lane; `dst`
+// and `src` are the lane's first code bytes (16 lane), so the scale bytes are `scale_delta` from there.
+// Each of the three copies of a warp covers contiguous bytes.
 static_assert(decode_code_offset(1, 0) == 16 && decode_code_offset(0, 1) == kDecodeHalfBytes, "layout of the header");
-__device__ __forceinline__ void copy_lane_bytes(uint8_t* dst, const uint8_t* src, int lane) {
-  cp_async16(dst, src);
-  cp_async16(dst + kDecodeHalfBytes, src + kDecodeHalfBytes);
-  cp_async4(dst + kDecodeScaleOffset - lane * 12, src + kDecodeScaleOffset - lane * 12);
+__device__ __forceinline__ void copy_lane_bytes(uint8_t* smem, uint32_t dst, const uint8_t* src, int scale_delta) {
+  cp_async16(smem + dst, src);
+  cp_async16(smem + dst + kDecodeHalfBytes, src + kDecodeHalfBytes);
+  cp_async4(smem + dst + scale_delta, src + scale_delta);
 }
-// The lane's two code quads and scale word of a block in shared memory (`lane_bytes` as in copy_lane_bytes).
+// The lane's two code quads and scale word of a block in shared memory (`at` and `scale_delta` as in
+// copy_lane_bytes).
 struct LaneBlock {
   uint4 row0, row1;
   uint32_t scales;
 };
-__device__ __forceinline__ LaneBlock read_lane_block(const uint8_t* lane_bytes, int lane) {
-  return LaneBlock{*reinterpret_cast<const uint4*>(lane_bytes),
-                   *reinterpret_cast<const uint4*>(lane_bytes + kDecodeHalfBytes),
-                   *reinterpret_cast<const uint32_t*>(lane_bytes + kDecodeScaleOffset - lane * 12)};
+__device__ __forceinline__ LaneBlock read_lane_block(const uint8_t* smem, uint32_t at, int scale_delta) {
+  return LaneBlock{*reinterpret_cast<const uint4*>(smem + at),
+                   *reinterpret_cast<const uint4*>(smem + at + kDecodeHalfBytes),
+                   *reinterpret_cast<const uint32_t*>(smem + at + scale_delta)};
 }
 
 }  // namespace fp4moe::fused_decode
