@@ -81,6 +81,8 @@ if [[ $skip != *" sanitizer "* ]] && [ -x "$kernels_test" ]; then
   : > "$out/sanitizer.log"
   # synccheck: barriers reached by only part of a CTA or warp (first run 2026-11-30 r10; it then flagged the
   # W4A4 96-row tile's K loop, docs/perf/2026-11-30-h200-r10.md; fixed in r11).
+  # The fused decode's launch-2 shape count, from the kernel's header (the loop below runs each shape).
+  fd_shapes=$(grep -oP 'kFusedDecodeGemm2ShapeCount = \K[0-9]+' src/kernels/cuda/moe_fused_decode_sm80.h)
   for tool in memcheck racecheck synccheck; do
     t=$(now)
     filter='Backends/MoeBackendSuite.Tiny*'  # every CUDA backend's tiny cases
@@ -97,8 +99,7 @@ if [[ $skip != *" sanitizer "* ]] && [ -x "$kernels_test" ]; then
     compute-sanitizer --tool $tool --error-exitcode 9 "$kernels_test" --gtest_filter="$filter" >> "$out/sanitizer.log" 2>&1
     rc=$?
     # The fused decode's tiny cases under each launch-2 CTA shape (FP4MOE_FD_GEMM2_SHAPE; the plan picks one
-    # per chunk size, and the tiny H picks no 32-row one); the count comes from the kernel's header.
-    fd_shapes=$(grep -oP 'kFusedDecodeGemm2ShapeCount = \K[0-9]+' src/kernels/cuda/moe_fused_decode_sm80.h)
+    # per chunk size, and the tiny H picks no 32-row one).
     for shape in $(seq 0 $(( ${fd_shapes:-0} - 1 ))); do
       echo "=== FP4MOE_FD_GEMM2_SHAPE=$shape compute-sanitizer --tool $tool (fused decode tiny cases)" >> "$out/sanitizer.log"
       FP4MOE_FD_GEMM2_SHAPE=$shape compute-sanitizer --tool $tool --error-exitcode 9 "$kernels_test" \

@@ -695,15 +695,14 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   // Launch 2's CTA shapes (kGemm2Shapes) for chunks of 1..3, 4..8 and more tokens (the header says why;
   // the first and the last take the same shape, in its two instances):
   // FP4MOE_FD_GEMM2_SHAPE (measurements, tests; a 32-row shape for chunks of up to 8 tokens only), else the
-  // first of the preferred shapes that runs at its full CTAs per SM on this device (10 warps need 105 KiB
-  // for 64 tokens at Qwen3.5-397B's 640 slots, more than the 99 KiB of SM86/89/120 parts, where 8 warps
-  // take 95 KiB).
+  // default shape where it runs at its full CTAs per SM on this device, else shape 0 (10 warps need 105
+  // KiB for 64 tokens at Qwen3.5-397B's 640 slots, more than the 99 KiB of SM86/89/120 parts, where 8
+  // warps take 95 KiB).
   const int shape2_knob = read_shape_knob("FP4MOE_FD_GEMM2_SHAPE", kGemm2ShapeCount);
-  auto first_full = [&](std::initializer_list<int> shapes, bool one_tile) {
-    for (const int shape : shapes) {
-      const FusedDecodeLaunch2 launch = size_gemm2(problem, tk_cap, shape, one_tile, multiprocessors, optin, true);
-      if (launch.grid > 0) return launch;
-    }
+  auto default_or_shape0 = [&](bool one_tile) {
+    const FusedDecodeLaunch2 launch =
+        size_gemm2(problem, tk_cap, kFusedDecodeDefaultGemm2Shape, one_tile, multiprocessors, optin, true);
+    if (launch.grid > 0) return launch;
     return size_gemm2(problem, tk_cap, 0, one_tile, multiprocessors, optin, false);  // an error if it cannot run
   };
   auto forced = [&](bool one_tile) {
@@ -711,8 +710,8 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   };
   plan.gemm2_many = shape2_knob >= 0 && kGemm2Shapes[shape2_knob].row_tiles == 1
                         ? forced(false)
-                        : first_full({kFusedDecodeDefaultGemm2Shape}, false);
-  plan.gemm2_latency = shape2_knob >= 0 ? forced(true) : first_full({kFusedDecodeDefaultGemm2Shape}, true);
+                        : default_or_shape0(false);
+  plan.gemm2_latency = shape2_knob >= 0 ? forced(true) : default_or_shape0(true);
   // 32-row CTAs where no SM gets more rows than with 16-row ones: Qwen3.5-397B's 256 tiles of H are 2 per
   // SM either way on 132 SMs; the 128 tiles of H = 2048 would be 2 on 64 SMs instead of 1 on 128.
   const int64_t tiles = problem.hidden / kDecodeTileRows, sms = multiprocessors;
