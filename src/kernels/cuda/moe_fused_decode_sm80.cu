@@ -55,6 +55,30 @@ using sm80::scale_lut_entry;
 // The per-lane steps, the slot sort, and the kernels' configuration and layouts (the three headers).
 using namespace fused_decode;
 
+// The record writer's part of launch 1 (the whole CTA calls it; it has a CTA barrier): the routing record
+// from the slot tables, then its release. Out of line: the other CTAs skip it, and inline its code lay
+// between the instructions they run (launch 1 at one token pays for fetching skipped code, r22).
+inline __device__ __noinline__ void write_routing_record(RoutingRecord record, const float* down_scale2,
+                                                  const float* out_scale, SlotTables tables,
+                                                  const float* slot_weight, int n_touched) {
+  for (int i = threadIdx.x; i < n_touched; i += blockDim.x) record.touched[i] = tables.touched[i];
+  for (int i = threadIdx.x; i <= n_touched; i += blockDim.x) record.toff[i] = tables.toff[i];
+  for (int i = threadIdx.x; i < tables.toff[n_touched]; i += blockDim.x) record.sorted[i] = tables.sorted[i];
+  for (int j = threadIdx.x; j < n_touched; j += blockDim.x) {
+    const int e = tables.touched[j];
+    const float in_scale = out_scale ? out_scale[e] : 1.0f;
+    const float factor = __fmul_rn(__fmul_rn(down_scale2[e], kScaleLutCompensation), in_scale);
+    for (int i = tables.toff[j]; i < tables.toff[j + 1]; ++i)
+      record.factor[i] = __fmul_rn(slot_weight[tables.sorted[i]], factor);
+  }
+  if (threadIdx.x == 0) *record.num_touched = n_touched, *record.arrivals = 0;
+  __syncthreads();  // (uniform: the whole writer CTA) every thread's record writes precede the release below
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicExch(record.ready, kRecordReady);
+  }
+}
+
 template <int kShape>
 __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_per_sm) fused_gemm1_kernel(Gemm1Params p) {
   constexpr int MT = kGemm1Shapes[kShape].row_tiles;
@@ -141,23 +165,8 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   }
   __syncthreads();
   const int n_touched = misc[0], n_groups = misc[1];
-  if (record_writer) {
-    for (int i = threadIdx.x; i < n_touched; i += blockDim.x) p.record.touched[i] = touched[i];
-    for (int i = threadIdx.x; i <= n_touched; i += blockDim.x) p.record.toff[i] = toff[i];
-    for (int i = threadIdx.x; i < toff[n_touched]; i += blockDim.x) p.record.sorted[i] = sorted[i];
-    for (int j = threadIdx.x; j < n_touched; j += blockDim.x) {
-      const int e = touched[j];
-      const float in_scale = p.out_scale ? p.out_scale[e] : 1.0f;
-      const float factor = __fmul_rn(__fmul_rn(p.down_scale2[e], kScaleLutCompensation), in_scale);
-      for (int i = toff[j]; i < toff[j + 1]; ++i) p.record.factor[i] = __fmul_rn(slot_weight[sorted[i]], factor);
-    }
-    if (threadIdx.x == 0) *p.record.num_touched = n_touched, *p.record.arrivals = 0;
-    __syncthreads();  // (uniform: the whole writer CTA) every thread's record writes precede the release below
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicExch(p.record.ready, kRecordReady);
-    }
-  }
+  if (record_writer)
+    write_routing_record(p.record, p.down_scale2, p.out_scale, tables, slot_weight, n_touched);
   int16_t* sorted_token = ids;  // the slots' experts are no longer needed: token of each sorted slot
   for (int i = threadIdx.x; i < TK; i += blockDim.x) sorted_token[i] = static_cast<int16_t>(sorted[i] / K);
   // This CTA's items c, c + grid, ... (q-major: item = q * row_blocks + rb), one thread per item.

@@ -84,9 +84,10 @@ __device__ __forceinline__ int unpack_slot_field(uint64_t packed, int field) {
 
 // The whole CTA (kWarps warps), any TK: a stable counting sort. `counts` [E] must be zero on entry;
 // `scan` holds one uint64 per warp. Every thread must call it (it has CTA barriers); the tables are
-// complete for every thread when it returns.
+// complete for every thread when it returns. Out of line: launch 1 at one token skips it, and inline its
+// code lay between the instructions every CTA runs (docs/perf/2026-12-01-h200-r22.md).
 template <int kWarps, int kTokenGroup>
-__device__ void sort_slots_block(const SlotTables& s, int TK, int E, int* counts, uint64_t* scan) {
+__device__ __noinline__ void sort_slots_block(SlotTables s, int TK, int E, int* counts, uint64_t* scan) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int i = threadIdx.x; i < TK; i += blockDim.x)
     if (s.ids[i] >= 0) atomicAdd(&counts[s.ids[i]], 1);  // integer counts: order-independent

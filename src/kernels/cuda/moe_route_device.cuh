@@ -78,6 +78,80 @@ inline RouteParams make_route_params(const RoutingConfig& config, const float* l
                      config.routed_scaling_factor, config.renormalize};
 }
 
+// The parts of route_token_warp that only some callers' paths run, kept out of line (__noinline__, by
+// value: no kernel-parameter copies): sigmoid_grouped_topk's scores and group restriction, and the
+// weights (the fused decode's launch 1 at 1-3 tokens needs them in one CTA only). Inline, their code lies
+// between the instructions every CTA runs, and the fused decode's launch 1 at one token pays for
+// fetching code it skips (docs/perf/2026-12-01-h200-r22.md).
+
+// Lane's experts e = lane, lane + 32, ...: value[e] = fp32(sigmoid(logit)) (in double, rounded once, as
+// route_reference: identical selection scores); score[e] = value[e] + bias[e].
+inline __device__ __noinline__ void sigmoid_scores(const float* bias, int E, int lane, float* score, float* value) {
+  for (int e = lane; e < E; e += 32) {
+    const float s = static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(value[e]))));
+    value[e] = s;
+    score[e] = __fadd_rn(s, bias ? bias[e] : 0.0f);
+  }
+}
+
+// Group restriction (sigmoid_grouped_topk): keep the topk_group groups with the largest sum of their
+// top-2 selection scores; the other groups' experts leave the selection. Bit j of the result: expert
+// lane + 32 j has left it. All lanes call it (warp shuffles); `score` complete for every lane.
+inline __device__ __noinline__ uint32_t grouped_exclusions(const float* score, int E, int n_group, int topk_group, int lane) {
+  const int group_size = E / n_group;
+  uint64_t group_key = 0;  // lane g < n_group: group g's (top-2 sum, g)
+  if (lane < n_group) {
+    uint64_t key1 = 0, key2 = 0;  // the group's best two experts
+    for (int e = lane * group_size; e < (lane + 1) * group_size; ++e) {
+      const uint64_t key = selection_key(score[e], e);
+      key2 = key > key1 ? key1 : (key > key2 ? key : key2);
+      key1 = key > key1 ? key : key1;
+    }
+    const int i1 = selection_index(key1), i2 = selection_index(key2);
+    if (i1 >= 0) group_key = selection_key(i2 >= 0 ? __fadd_rn(score[i1], score[i2]) : score[i1], lane);
+  }
+  uint32_t kept_groups = 0;
+  for (int round = 0; round < topk_group; ++round) {
+    const int best_group = selection_index(warp_max_key((kept_groups >> lane) & 1u ? 0 : group_key));
+    if (best_group >= 0) kept_groups |= 1u << best_group;
+  }
+  uint32_t out = 0;
+  for (int j = 0; lane + 32 * j < E; ++j)
+    if (!((kept_groups >> ((lane + 32 * j) / group_size)) & 1u)) out |= 1u << j;
+  return out;
+}
+
+// Lane k < top_k: the weight of its selected expert my_id (-1: none), in double and rounded once to fp32,
+// as route_reference computes it; 0 on the other lanes. All lanes call it (warp sums); `value` holds the
+// logits (softmax methods) or fp32 sigmoids (sigmoid_grouped_topk) of all E experts.
+inline __device__ __noinline__ float route_weight(int method, int top_k, int E, float scaling, bool renormalize,
+                                           const float* value, int my_id, int lane) {
+  const float my_value = my_id >= 0 ? value[my_id] : 0.0f;
+  const float first_value = __shfl_sync(0xFFFFFFFFu, my_value, 0);  // slot 0's value
+  const bool mine = lane < top_k;
+  switch (static_cast<RoutingMethod>(method)) {
+    case RoutingMethod::kSoftmaxTopk: {
+      // The maximum over all logits is the top-1 logit (selection is on the logits).
+      double partial = 0.0;
+      for (int e = lane; e < E; e += 32) partial += exp(static_cast<double>(value[e]) - first_value);
+      const double total = warp_sum(partial);
+      return mine ? static_cast<float>(exp(static_cast<double>(my_value) - first_value) / total) : 0.0f;
+    }
+    case RoutingMethod::kSoftmaxTopkRenorm:
+    case RoutingMethod::kTopkSoftmax: {  // equal in exact arithmetic: the softmax over the selected k
+      const double ex = mine ? exp(static_cast<double>(my_value) - first_value) : 0.0;
+      const double total = warp_sum(ex);
+      return mine ? static_cast<float>(ex / total) : 0.0f;
+    }
+    case RoutingMethod::kSigmoidGroupedTopk: {
+      const double s = mine ? static_cast<double>(my_value) : 0.0;
+      const double total = warp_sum(s);
+      return mine ? static_cast<float>(renormalize ? s / (total + 1e-20) * scaling : s * scaling) : 0.0f;
+    }
+  }
+  return 0.0f;
+}
+
 // Routes one token with one warp (all 32 lanes call it). score/value: 2 * E floats of scratch owned by
 // the warp (shared memory; `score` is used by sigmoid_grouped_topk only). Writes ids_out[k] and weights_out[k] for k < K (global or shared memory).
 // weights_needed false (warp-uniform): the selection only; ids_out is written, weights_out is not (a caller
@@ -101,12 +175,7 @@ __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t t
   // round trip); sigmoid_grouped_topk on fp32(sigmoid) + bias, also kept in `score` for the group sums.
   uint32_t bits[kExpertsPerLane];
   if (sigmoid) {
-    for (int e = lane; e < E; e += 32) {
-      // Sigmoid in double, rounded once (as route_reference): identical selection scores.
-      const float s = static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(value[e]))));
-      value[e] = s;
-      score[e] = __fadd_rn(s, p.bias ? p.bias[e] : 0.0f);
-    }
+    sigmoid_scores(p.bias, E, lane, score, value);
 #pragma unroll
     for (int j = 0; j < kExpertsPerLane; ++j) bits[j] = lane + 32 * j < E ? ordered_score_bits(score[lane + 32 * j]) : 0u;
   } else {
@@ -115,33 +184,10 @@ __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t t
   }
   __syncwarp();  // `value` (and `score`) complete before any lane reads another lane's experts
 
-  // Group restriction (sigmoid_grouped_topk): keep the topk_group groups with the largest sum of their
-  // top-2 selection scores; the other groups' experts leave the selection (their bit in `out` is set).
   // Bit j of `out`: expert lane + 32 j has left the selection (a group not kept, or already selected).
   // A mask rather than zeroing bits[j]: the compiler turns a store at the winner's j into a dynamically
   // indexed store and moves bits[] to local memory.
-  uint32_t out = 0;
-  if (sigmoid && p.n_group > 1) {
-    const int group_size = E / p.n_group;
-    uint64_t group_key = 0;  // lane g < n_group: group g's (top-2 sum, g)
-    if (lane < p.n_group) {
-      uint64_t key1 = 0, key2 = 0;  // the group's best two experts
-      for (int e = lane * group_size; e < (lane + 1) * group_size; ++e) {
-        const uint64_t key = selection_key(score[e], e);
-        key2 = key > key1 ? key1 : (key > key2 ? key : key2);
-        key1 = key > key1 ? key : key1;
-      }
-      const int i1 = selection_index(key1), i2 = selection_index(key2);
-      if (i1 >= 0) group_key = selection_key(i2 >= 0 ? __fadd_rn(score[i1], score[i2]) : score[i1], lane);
-    }
-    uint32_t kept_groups = 0;
-    for (int round = 0; round < p.topk_group; ++round) {
-      const int best_group = selection_index(warp_max_key((kept_groups >> lane) & 1u ? 0 : group_key));
-      if (best_group >= 0) kept_groups |= 1u << best_group;
-    }
-    for (int j = 0; lane + 32 * j < E; ++j)
-      if (!((kept_groups >> ((lane + 32 * j) / group_size)) & 1u)) out |= 1u << j;
-  }
+  uint32_t out = sigmoid && p.n_group > 1 ? grouped_exclusions(score, E, p.n_group, p.topk_group, lane) : 0u;
 
   // Top-k: K rounds. A lane's best is a tree max over its bits (lower j, the lower expert, wins ties);
   // the warp's is the max bits, then the lowest expert index among the lanes holding them.
@@ -173,36 +219,8 @@ __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t t
     if (lane < p.top_k) ids_out[lane] = my_id;
     return;
   }
-  const float my_value = my_id >= 0 ? value[my_id] : 0.0f;
-  const float first_value = __shfl_sync(0xFFFFFFFFu, my_value, 0);  // slot 0's value
-
-  // Weights, in double and rounded once to fp32, as route_reference computes them.
-  float w = 0.0f;
+  const float w = route_weight(p.method, p.top_k, E, p.scaling, p.renormalize, value, my_id, lane);
   const bool mine = lane < p.top_k;
-  switch (static_cast<RoutingMethod>(p.method)) {
-    case RoutingMethod::kSoftmaxTopk: {
-      // The maximum over all logits is the top-1 logit (selection is on the logits).
-      double partial = 0.0;
-      for (int e = lane; e < E; e += 32) partial += exp(static_cast<double>(value[e]) - first_value);
-      const double total = warp_sum(partial);
-      w = mine ? static_cast<float>(exp(static_cast<double>(my_value) - first_value) / total) : 0.0f;
-      break;
-    }
-    case RoutingMethod::kSoftmaxTopkRenorm:
-    case RoutingMethod::kTopkSoftmax: {  // equal in exact arithmetic: the softmax over the selected k
-      const double ex = mine ? exp(static_cast<double>(my_value) - first_value) : 0.0;
-      const double total = warp_sum(ex);
-      w = mine ? static_cast<float>(ex / total) : 0.0f;
-      break;
-    }
-    case RoutingMethod::kSigmoidGroupedTopk: {
-      const double s = mine ? static_cast<double>(my_value) : 0.0;
-      const double total = warp_sum(s);
-      const double factor = p.scaling;
-      w = mine ? static_cast<float>(p.renormalize ? s / (total + 1e-20) * factor : s * factor) : 0.0f;
-      break;
-    }
-  }
   if (mine) {
     ids_out[lane] = my_id;
     weights_out[lane] = w;
