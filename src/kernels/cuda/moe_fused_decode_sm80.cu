@@ -59,8 +59,8 @@ using namespace fused_decode;
 // from the slot tables, then its release. Out of line: the other CTAs skip it, and inline its code lay
 // between the instructions they run (launch 1 at one token pays for fetching skipped code, r22).
 inline __device__ __noinline__ void write_routing_record(RoutingRecord record, const float* down_scale2,
-                                                  const float* out_scale, SlotTables tables,
-                                                  const float* slot_weight, int n_touched) {
+                                                         const float* out_scale, SlotTables tables,
+                                                         const float* slot_weight, int n_touched) {
   for (int i = threadIdx.x; i < n_touched; i += blockDim.x) record.touched[i] = tables.touched[i];
   for (int i = threadIdx.x; i <= n_touched; i += blockDim.x) record.toff[i] = tables.toff[i];
   for (int i = threadIdx.x; i < tables.toff[n_touched]; i += blockDim.x) record.sorted[i] = tables.sorted[i];

@@ -97,7 +97,8 @@ inline __device__ __noinline__ void sigmoid_scores(const float* bias, int E, int
 // Group restriction (sigmoid_grouped_topk): keep the topk_group groups with the largest sum of their
 // top-2 selection scores; the other groups' experts leave the selection. Bit j of the result: expert
 // lane + 32 j has left it. All lanes call it (warp shuffles); `score` complete for every lane.
-inline __device__ __noinline__ uint32_t grouped_exclusions(const float* score, int E, int n_group, int topk_group, int lane) {
+inline __device__ __noinline__ uint32_t grouped_exclusions(const float* score, int E, int n_group, int topk_group,
+                                                          int lane) {
   const int group_size = E / n_group;
   uint64_t group_key = 0;  // lane g < n_group: group g's (top-2 sum, g)
   if (lane < n_group) {
@@ -125,7 +126,7 @@ inline __device__ __noinline__ uint32_t grouped_exclusions(const float* score, i
 // as route_reference computes it; 0 on the other lanes. All lanes call it (warp sums); `value` holds the
 // logits (softmax methods) or fp32 sigmoids (sigmoid_grouped_topk) of all E experts.
 inline __device__ __noinline__ float route_weight(int method, int top_k, int E, float scaling, bool renormalize,
-                                           const float* value, int my_id, int lane) {
+                                                  const float* value, int my_id, int lane) {
   const float my_value = my_id >= 0 ? value[my_id] : 0.0f;
   const float first_value = __shfl_sync(0xFFFFFFFFu, my_value, 0);  // slot 0's value
   const bool mine = lane < top_k;
