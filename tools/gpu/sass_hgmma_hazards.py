@@ -43,7 +43,7 @@ WAIT = re.compile(r"gsb0\s*,\s*0x([0-9a-f]+)")
 
 
 def parse(lines):
-    """Yields (function, address, opcode, operands, line) per instruction."""
+    """Yields (function, address, opcode, operands, line) per instruction (also sass_loops.py's parser)."""
     function = "?"
     for line in lines:
         f = FUNCTION.search(line)

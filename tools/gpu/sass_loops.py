@@ -16,23 +16,18 @@ import collections
 import re
 import sys
 
-FUNCTION = re.compile(r"Function : (\S+)")
-INSTRUCTION = re.compile(r"^\s+/\*([0-9a-f]+)\*/\s+(.*?)\s*;")
+from sass_hgmma_hazards import parse  # the SASS parser of the HGMMA hazard scan (same folder)
+
 BRANCH_TARGET = re.compile(r"\bBRA\b.*?(0x[0-9a-f]+)")
 
 
 def kernels_of(lines):
-    """{kernel name: [(address, instruction text)]} in file order."""
-    kernels, name = {}, None
-    for line in lines:
-        found = FUNCTION.search(line)
-        if found:
-            name = found.group(1)
-            kernels[name] = []
-            continue
-        found = INSTRUCTION.match(line)
-        if found and name is not None:
-            kernels[name].append((int(found.group(1), 16), found.group(2)))
+    """{kernel name: [(address, instruction text without its predicate)]} in file order; instructions
+    outside a named function are left out."""
+    kernels = {}
+    for function, address, op, operands, _ in parse(lines):
+        if function != "?":
+            kernels.setdefault(function, []).append((address, f"{op} {operands}".strip()))
     return kernels
 
 
