@@ -685,6 +685,29 @@ int fused_decode_route_share_from() {
   return static_cast<int>(from);
 }
 
+FusedDecodeRegisterFit fused_decode_register_fit(int gemm1_shape, int gemm2_shape, bool one_tile) {
+  FP4MOE_CHECK(gemm1_shape >= 0 && gemm1_shape < kGemm1ShapeCount, "fused decode: unknown launch-1 shape ",
+               gemm1_shape);
+  FP4MOE_CHECK(gemm2_shape >= 0 && gemm2_shape < kGemm2ShapeCount, "fused decode: unknown launch-2 shape ",
+               gemm2_shape);
+  cudaFuncAttributes gemm1{}, gemm2{};
+  FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&gemm1, gemm1_kernel(gemm1_shape)));
+  FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&gemm2, gemm2_kernel(gemm2_shape, one_tile)));
+  int device = 0, per_sm = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device));
+  constexpr int kSubPartitions = 4;  // SM70 and later
+  const auto warp_registers = [](int per_thread) { return (per_thread + 7) / 8 * 8 * 32; };
+  const auto warps_on_fullest = [](int warps) { return (warps + kSubPartitions - 1) / kSubPartitions; };
+  FusedDecodeRegisterFit fit;
+  fit.gemm1_registers = gemm1.numRegs;
+  fit.gemm2_registers = gemm2.numRegs;
+  fit.sub_partition_registers = per_sm / kSubPartitions;
+  fit.needed = warps_on_fullest(kGemm1Warps) * warp_registers(gemm1.numRegs) +
+               warps_on_fullest(kGemm2Shapes[gemm2_shape].warps) * warp_registers(gemm2.numRegs);
+  return fit;
+}
+
 size_t moe_fused_decode_workspace_bytes(const MoeProblem& problem) {
   check_problem(problem);
   const int tk_cap = tk_capacity(problem);

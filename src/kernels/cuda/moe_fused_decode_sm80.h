@@ -82,6 +82,23 @@ struct FusedDecodePlan {
   int route_share_from = kFusedDecodeDefaultRouteShareFrom;  // tokens from which launch 1's CTAs share routing
 };
 
+// Launch 2's CTAs start (programmatic launch) beside an SM's last launch-1 CTA only where the warps of both
+// fit one SM sub-partition's register file (4 per SM; a CTA's warps spread over them, so a 10-warp CTA puts 3
+// on one). H200, 2026-12-01 (docs/perf/2026-12-01-h200-r23.md): two builds whose launch-1 and launch-2 warps
+// needed 2 x 120 + 3 x 96 and 2 x 128 + 3 x 88 registers per lane of a sub-partition (more than its 512)
+// were 1.5-1.7 us slower at one token of Qwen3.5-397B in graph replays than the same code with launch 1
+// capped at 112 registers (512 and 488); Nsight Compute, which runs the launches apart, saw no such gap.
+// This reports the fit of a launch-1 shape and a launch-2 instance as compiled for the current device.
+// Throws Error for unknown shapes or a 32-row shape's missing instance.
+struct FusedDecodeRegisterFit {
+  int gemm1_registers = 0;          // per thread, as compiled
+  int gemm2_registers = 0;          // per thread, as compiled
+  int sub_partition_registers = 0;  // registers of one SM sub-partition
+  int needed = 0;  // one CTA of each: their warps' registers (allocated in units of 8 per thread) on the fullest
+  bool fits() const { return needed <= sub_partition_registers; }
+};
+FusedDecodeRegisterFit fused_decode_register_fit(int gemm1_shape, int gemm2_shape, bool one_tile);
+
 // Sets the kernels' shared-memory attributes on the current device and sizes the persistent grids.
 // Throws Error when the problem does not fit (E > 1024, K > 32, H or I not multiples of 128).
 FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiprocessors);

@@ -173,6 +173,45 @@ TEST(FusedDecodeShapes, Launch2ShapesFollowTheChunkSizeAndTheRowBalance) {
   }
 }
 
+// Launch 2's early start beside an SM's last launch-1 CTA needs one CTA of each in an SM sub-partition's
+// register file (fused_decode_register_fit; docs/perf/2026-12-01-h200-r23.md: 1.5-1.7 us at one token of
+// Qwen3.5-397B when it did not). The pair that one token runs (the plan's launch-1 shape and its latency
+// launch 2, one-tile instance) must fit; the 20-warp 32-row launch 2 cannot (5 warps on a sub-partition).
+// Unknown shapes and a 32-row shape's many-token instance are errors naming them.
+TEST(FusedDecodeRegisters, OneTokenLaunch2FitsBesideTheLastLaunch1Cta) {
+  FP4MOE_REQUIRE_SM80(device);
+  const KnobReset reset1{"FP4MOE_FD_GEMM1_SHAPE"}, reset2{"FP4MOE_FD_GEMM2_SHAPE"};
+  unsetenv("FP4MOE_FD_GEMM1_SHAPE");
+  unsetenv("FP4MOE_FD_GEMM2_SHAPE");
+  const MoeProblem problem = make_moe_problem(4096, 1024, 512, 10, ActivationMode::kW4A16);  // Qwen3.5-397B's
+  const FusedDecodePlan plan = plan_moe_fused_decode(problem, device->multiprocessors);
+  int per_sm = 0;
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device->ordinal));
+  const FusedDecodeRegisterFit fit = fused_decode_register_fit(plan.gemm1_shape, plan.gemm2_latency.shape, true);
+  EXPECT_EQ(fit.sub_partition_registers, per_sm / 4);
+  EXPECT_GT(fit.gemm1_registers, 0);
+  EXPECT_GT(fit.gemm2_registers, 0);
+  EXPECT_TRUE(fit.fits()) << "launch 1 (shape " << plan.gemm1_shape << ") at " << fit.gemm1_registers
+                          << " registers and launch 2 (shape " << plan.gemm2_latency.shape << ") at "
+                          << fit.gemm2_registers << " take " << fit.needed << " of a sub-partition's "
+                          << fit.sub_partition_registers << " registers";
+  const FusedDecodeRegisterFit wide = fused_decode_register_fit(plan.gemm1_shape, kFusedDecodeGemm2FewShape, true);
+  EXPECT_FALSE(wide.fits()) << wide.needed << " of " << wide.sub_partition_registers;
+  EXPECT_GT(wide.needed, fit.needed);
+  const auto expect_error = [](int gemm1_shape, int gemm2_shape, bool one_tile, const std::string& expected) {
+    try {
+      fused_decode_register_fit(gemm1_shape, gemm2_shape, one_tile);
+      ADD_FAILURE() << "shapes " << gemm1_shape << ", " << gemm2_shape << " were accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  expect_error(-1, kFusedDecodeDefaultGemm2Shape, true, "unknown launch-1 shape -1");
+  expect_error(kFusedDecodeDefaultGemm1Shape, kFusedDecodeGemm2ShapeCount, true,
+               "unknown launch-2 shape " + std::to_string(kFusedDecodeGemm2ShapeCount));
+  expect_error(kFusedDecodeDefaultGemm1Shape, kFusedDecodeGemm2FewShape, false, "takes chunks of at most");
+}
+
 // Launch 1's two routings (SharedRoute in moe_fused_decode_sm80.cu): each token routed by one CTA and
 // shared through the workspace (FP4MOE_FD_ROUTE_SHARE_FROM=1: at every token count), or by every CTA
 // itself (=65: never shared). Same slots, same sums: the outputs must be the same bits, eager and in
