@@ -36,6 +36,7 @@
 #include "kernels/cuda/moe_fused_decode_sm80_params.cuh"
 #include "kernels/cuda/moe_fused_decode_sm80_slots.cuh"
 #include "kernels/cuda/moe_fused_decode_sm80_steps.cuh"
+#include "kernels/cuda/moe_fused_decode_sm80_w4a4.cuh"
 #include "kernels/cuda/moe_route_device.cuh"
 #include "kernels/cuda/moe_route_permute.h"
 #include "kernels/cuda/nvfp4_decode_layout.h"
@@ -204,7 +205,10 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   auto activation_source = [&](int i) -> const __nv_bfloat16* {
     if (per_warp == 0 || i >= my_items) return p.hidden + 32 * t;  // never used (token 0's row is valid)
     const ItemEntry item = items[i];
-    const int slot = g < item.ntok ? item.first + g : item.first;
+    // W4A4: lane g holds row g % rows (rows: the tokens rounded up to a power of 2), whose lanes share
+    // its quantization (moe_fused_decode_sm80_w4a4.cuh); a lane past the tokens has its output column unused.
+    const int row = kW4A4 ? g % w4a4_rows(item.ntok) : g;
+    const int slot = row < item.ntok ? item.first + row : item.first;
     return p.hidden + size_t(sorted_token[slot]) * p.hidden_size + warp * kDecodeChunkK + 32 * t;
   };
   // ... and its bytes of the item's first layout block (null past the last item or without chunks).
@@ -250,10 +254,10 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   load_next_activations(b_odd);
   int parity = 0;
   float acc[MT][4] = {};
-  auto step = [&](uint32_t (&b)[16], float w4a4_scale) {
+  auto step = [&](uint32_t (&b)[16], float w4a4_scale, int tokens) {
     cp_async_wait<kStages1 - 2>();
     issue();
-    if constexpr (kW4A4) quantize_activations_w4a4(w4a4_scale, b);
+    if constexpr (kW4A4) quantize_activations_w4a4(w4a4_scale, b, tokens, g, t);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const LaneBlock block = read_lane_block(smem, ring.read + mt * kDecodeBlockBytes, ring.scale_delta);
@@ -267,8 +271,8 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
     const ItemEntry item = items[item_index];
     const float w4a4_scale = kW4A4 ? p.in_scale[touched[item.j]] : 0.0f;
     for (int c = 0; c < per_warp; ++c) {
-      if (parity == 0) step(b_even, w4a4_scale);
-      else step(b_odd, w4a4_scale);
+      if (parity == 0) step(b_even, w4a4_scale, item.ntok);
+      else step(b_odd, w4a4_scale, item.ntok);
     }
     // The item's partial sums meet in shared memory (two buffers by item parity: the next item's
     // writes cannot overtake this item's reader, who is held at the next barrier).

@@ -1,8 +1,8 @@
-// The fused decode kernels' per-lane steps (moe_fused_decode_sm80.cu): activation loads, the W4A4
-// activation quantization, one chunk's decode + mma, the lane's copies and reads of a weight block in
-// the nvfp4_decode_layout.h layout, a flag's acquire (the programmatic-dependent-launch hooks are
-// common/programmatic_launch.cuh). Device code for SM80+; included by that one file, split off to
-// keep it readable.
+// The fused decode kernels' per-lane steps (moe_fused_decode_sm80.cu): activation loads (their W4A4
+// quantization is moe_fused_decode_sm80_w4a4.cuh), one chunk's decode + mma, the lane's copies and reads
+// of a weight block in the nvfp4_decode_layout.h layout, a flag's acquire (the programmatic-dependent-
+// launch hooks are common/programmatic_launch.cuh). Device code for SM80+; included by that one file,
+// split off to keep it readable.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -11,7 +11,6 @@
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/programmatic_launch.cuh"
 #include "kernels/cuda/nvfp4_decode_layout.h"
-#include "kernels/cuda/nvfp4_device.cuh"
 
 namespace fp4moe::fused_decode {
 
@@ -37,26 +36,6 @@ __device__ __forceinline__ int32_t load_acquire_gpu(const int32_t* address) {
   int32_t value;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
   return value;
-}
-
-// W4A4: NVFP4 quantize-dequantize of the lane's two whole 16-value blocks with the expert's input
-// scale, without the scale itself (the epilogue multiplies it).
-__device__ __forceinline__ void quantize_activations_w4a4(float tensor_scale, uint32_t (&b)[16]) {
-#pragma unroll
-  for (int blk = 0; blk < 2; ++blk) {
-    float x[16], y[16];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      x[2 * i] = __uint_as_float(b[8 * blk + i] << 16);
-      x[2 * i + 1] = __uint_as_float(b[8 * blk + i] & 0xFFFF0000u);
-    }
-    nvfp4_qdq_block(x, tensor_scale, y);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const __nv_bfloat162 pair = __floats2bfloat162_rn(y[2 * i], y[2 * i + 1]);
-      b[8 * blk + i] = *reinterpret_cast<const uint32_t*>(&pair);
-    }
-  }
 }
 
 // The 8 k steps of one chunk for one 16-row tile and one 8-token tile: decode and scale the A

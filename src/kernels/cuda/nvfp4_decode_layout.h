@@ -24,11 +24,7 @@
 #include <cstdint>
 #include <vector>
 
-#if defined(__CUDACC__)
-#define FP4MOE_HOST_DEVICE __host__ __device__
-#else
-#define FP4MOE_HOST_DEVICE
-#endif
+#include "kernels/cuda/common/host_device.h"
 
 namespace fp4moe {
 

@@ -46,10 +46,12 @@ __device__ __forceinline__ float e2m1_round_value(float q) {
 }
 
 // ModelOpt block scale for a block amax and a static tensor scale, decoded to fp32:
-// amax / (6 * tensor_scale) with IEEE division, 0 -> 1.0, clamp to [2^-9, 448], RNE to E4M3.
+// amax / (6 * tensor_scale) with IEEE division, 0 -> 1.0 (an all-zero block, or a quotient that
+// underflows or divides by inf: the CPU reference's rule, nvfp4_block_scale_code), clamp to [2^-9, 448],
+// RNE to E4M3.
 __device__ __forceinline__ float nvfp4_block_scale(float amax, float tensor_scale) {
   float s = __fdiv_rn(amax, __fmul_rn(6.0f, tensor_scale));
-  if (amax == 0.0f) s = 1.0f;
+  if (amax == 0.0f || s == 0.0f) s = 1.0f;
   s = fminf(fmaxf(s, 0x1p-9f), 448.0f);
   return e4m3_to_float(e4m3_encode_clamped(s));
 }
