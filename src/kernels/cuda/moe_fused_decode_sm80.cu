@@ -14,7 +14,8 @@
 // routed by one CTA and shared through the workspace) and sorts the slots by expert (stable), so no
 // routing launch is needed; items = (expert, 8-token group, 32 rows of W13 = 2 x (8 gate + 8 up rows):
 // two mma tiles share each step's activations and bookkeeping; 16 rows where two such CTAs do not fit an
-// SM; W4A4's h quantization needs the 32), K split over the 8 warps, summed in warp order. Launch 2
+// SM; W4A4's h quantization needs the 32), K split over the 8 warps, summed in warp order; W4A4 first
+// quantizes each routed activation row once into the workspace (moe_fused_decode_sm80_w4a4.cuh). Launch 2
 // (GEMM2 + combine): items = 16 rows of H, or 32 for chunks of 4-8 tokens where that leaves no SM more
 // rows (two mma tiles share each step's h and bookkeeping); the CTA's warps (kGemm2Shapes) split the
 // (expert, K chunk) units in contiguous ranges, each folds weight * down_scale2 * its dot over an
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   // One loop for both (one copy of the routing code: launch 1 at one token is sensitive to code fetch).
   const bool record_writer = blockIdx.x == gridDim.x - 1;
   const bool shared = p.share.on;
-  const uint32_t tag = shared ? __ldcg(p.share.epoch) + 1u : 0u;
+  const uint32_t tag = shared || kW4A4 ? __ldcg(p.share.epoch) + 1u : 0u;
   float* score = reinterpret_cast<float*>(ring_bytes) + size_t(warp) * 2 * E;
   const int first_token = shared ? (warp == 0 ? static_cast<int>(blockIdx.x) : T) : warp;
   const int token_stride = shared ? static_cast<int>(gridDim.x) : kGemm1Warps;
@@ -155,6 +156,10 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
     }
   }
   __syncthreads();
+  // W4A4: this CTA's units of the quantized rows (moe_fused_decode_sm80_w4a4.cuh), from warp 1 on: warp 0
+  // sorts the slots below meanwhile.
+  if constexpr (kW4A4)
+    quantize_units_w4a4(p.w4a4, p.hidden, p.in_scale, ids, TK, K, p.hidden_size, tag, kGemm1Warps);
 
   // 2. The slots sorted by expert, the touched experts in ascending order (moe_fused_decode_sm80_slots.cuh):
   // one warp's sort up to 32 slots, else the CTA's counting sort.
@@ -205,10 +210,9 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   auto activation_source = [&](int i) -> const __nv_bfloat16* {
     if (per_warp == 0 || i >= my_items) return p.hidden + 32 * t;  // never used (token 0's row is valid)
     const ItemEntry item = items[i];
-    // W4A4: lane g holds row g % rows (rows: the tokens rounded up to a power of 2), whose lanes share
-    // its quantization (moe_fused_decode_sm80_w4a4.cuh); a lane past the tokens has its output column unused.
-    const int row = kW4A4 ? g % w4a4_rows(item.ntok) : g;
-    const int slot = row < item.ntok ? item.first + row : item.first;
+    const int slot = g < item.ntok ? item.first + g : item.first;
+    if constexpr (kW4A4)  // the slot's quantized row (moe_fused_decode_sm80_w4a4.cuh)
+      return p.w4a4.rows + size_t(sorted[slot]) * p.hidden_size + warp * kDecodeChunkK + 32 * t;
     return p.hidden + size_t(sorted_token[slot]) * p.hidden_size + warp * kDecodeChunkK + 32 * t;
   };
   // ... and its bytes of the item's first layout block (null past the last item or without chunks).
@@ -239,7 +243,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   int act_chunk = 0;
   const __nv_bfloat16* act_src = activation_source(act_item);
   auto load_next_activations = [&](uint32_t (&b)[16]) {  // the activation cursor's step, then advance it
-    load_activations(act_src, b);
+    load_activations<kW4A4>(act_src, b);
     // A warp without chunks (H / 128 < warps) keeps reading token 0's row start: stepping on would leave
     // the row (and, at one token, the hidden rows: compute-sanitizer memcheck with H = 256).
     act_src += per_warp > 0 ? kGemm1Warps * kDecodeChunkK : 0;
@@ -249,15 +253,15 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
     }
   };
   for (int s = 0; s < kStages1 - 1; ++s) issue();
+  if constexpr (kW4A4) wait_units_w4a4(p.w4a4.flags, TK, p.hidden_size, tag);  // the ring fills meanwhile
   uint32_t b_even[16], b_odd[16];  // activations two steps ahead, used alternately (no register moves)
   load_next_activations(b_even);
   load_next_activations(b_odd);
   int parity = 0;
   float acc[MT][4] = {};
-  auto step = [&](uint32_t (&b)[16], float w4a4_scale, int tokens) {
+  auto step = [&](uint32_t (&b)[16]) {
     cp_async_wait<kStages1 - 2>();
     issue();
-    if constexpr (kW4A4) quantize_activations_w4a4(w4a4_scale, b, tokens, g, t);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const LaneBlock block = read_lane_block(smem, ring.read + mt * kDecodeBlockBytes, ring.scale_delta);
@@ -269,10 +273,9 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   };
   for (int item_index = 0; item_index < my_items; ++item_index) {
     const ItemEntry item = items[item_index];
-    const float w4a4_scale = kW4A4 ? p.in_scale[touched[item.j]] : 0.0f;
     for (int c = 0; c < per_warp; ++c) {
-      if (parity == 0) step(b_even, w4a4_scale, item.ntok);
-      else step(b_odd, w4a4_scale, item.ntok);
+      if (parity == 0) step(b_even);
+      else step(b_odd);
     }
     // The item's partial sums meet in shared memory (two buffers by item parity: the next item's
     // writes cannot overtake this item's reader, who is held at the next barrier).
@@ -575,16 +578,23 @@ static_assert(kGemm2ShapeCount <= 10 && kFusedDecodeW4A16Gemm1ShapeCount <= 10, 
 int tk_capacity(const MoeProblem& problem) { return static_cast<int>(kFusedDecodeMaxTokens * problem.top_k); }
 
 // Workspace carve: record (factor, touched, sorted, toff, num_touched, ready, arrivals) | shared routing
-// (epoch, flags, ids, weights) | h.
+// (epoch, flags, ids, weights) | h | W4A4 only: quantized rows, their unit flags.
 struct Workspace {
   RoutingRecord record;
   SharedRoute share;
   __nv_bfloat16* h;
+  W4A4Rows w4a4;
 };
 size_t record_bytes(int tk_cap) { return align16(size_t(tk_cap) * 16 + 16); }  // up to arrivals
 size_t share_bytes(int tk_cap) { return 16 + size_t(kFusedDecodeMaxTokens) * 4 + size_t(tk_cap) * 8; }
 size_t head_bytes(int tk_cap) { return (record_bytes(tk_cap) + share_bytes(tk_cap) + 255) / 256 * 256; }
-Workspace carve(void* workspace, int tk_cap) {
+size_t h_bytes(const MoeProblem& problem, int tk_cap) { return align16(size_t(tk_cap) * size_t(problem.inter) * 2); }
+size_t w4a4_rows_bytes(const MoeProblem& problem, int tk_cap) { return size_t(tk_cap) * size_t(problem.hidden) * 2; }
+size_t w4a4_bytes(const MoeProblem& problem, int tk_cap) {
+  if (problem.activation_mode != ActivationMode::kW4A4) return 0;
+  return w4a4_rows_bytes(problem, tk_cap) + size_t(tk_cap) * w4a4_units_per_row(static_cast<int>(problem.hidden)) * 4;
+}
+Workspace carve(void* workspace, const MoeProblem& problem, int tk_cap) {
   char* base = static_cast<char*>(workspace);
   Workspace w{};
   char* share = base + record_bytes(tk_cap);
@@ -600,6 +610,11 @@ Workspace carve(void* workspace, int tk_cap) {
   w.record.ready = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 16 + 8);
   w.record.arrivals = reinterpret_cast<int32_t*>(base + size_t(tk_cap) * 16 + 12);
   w.h = reinterpret_cast<__nv_bfloat16*>(base + head_bytes(tk_cap));
+  if (problem.activation_mode == ActivationMode::kW4A4) {
+    char* rows = base + head_bytes(tk_cap) + h_bytes(problem, tk_cap);
+    w.w4a4.rows = reinterpret_cast<__nv_bfloat16*>(rows);
+    w.w4a4.flags = reinterpret_cast<uint32_t*>(rows + w4a4_rows_bytes(problem, tk_cap));
+  }
   return w;
 }
 
@@ -712,7 +727,7 @@ FusedDecodeRegisterFit fused_decode_register_fit(int gemm1_shape, int gemm2_shap
 size_t moe_fused_decode_workspace_bytes(const MoeProblem& problem) {
   check_problem(problem);
   const int tk_cap = tk_capacity(problem);
-  return head_bytes(tk_cap) + size_t(tk_cap) * size_t(problem.inter) * 2;
+  return head_bytes(tk_cap) + h_bytes(problem, tk_cap) + w4a4_bytes(problem, tk_cap);
 }
 
 FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiprocessors) {
@@ -792,7 +807,7 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
   const int H = static_cast<int>(problem.hidden), I = static_cast<int>(problem.inter);
   const int E = static_cast<int>(problem.num_experts), K = static_cast<int>(problem.top_k);
   const int tk_cap = tk_capacity(problem);
-  const Workspace ws = carve(run.workspace, tk_cap);
+  const Workspace ws = carve(run.workspace, problem, tk_cap);
   // The item table (ItemEntry) must hold every CTA's items: at most tk_cap groups x row blocks over the grid.
   FP4MOE_CHECK(plan.gemm1_shape >= 0 && plan.gemm1_shape < kGemm1ShapeCount &&
                    kGemm1Shapes[plan.gemm1_shape].w4a4 == w4a4,
@@ -823,6 +838,7 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p1.item_cap = plan.gemm1_item_cap;
     p1.h = ws.h;
     p1.record = ws.record;
+    p1.w4a4 = ws.w4a4;
     p1.share = ws.share;
     p1.share.on = T >= plan.route_share_from;
     // SM90+: launch 1's CTAs are scheduled while the kernel before drains (programmatic dependent launch).

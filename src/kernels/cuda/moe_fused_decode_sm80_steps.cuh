@@ -22,11 +22,14 @@ using sm80::mma_bf16;
 // 32 activations of one token for this lane's columns [col0, col0 + 32) of a chunk as 16 bf16x2 words
 // (word i = columns 2i, 2i+1). Lanes without a token (mma column g past the item's tokens) load a valid
 // row of another token: their output column is never written, and the loads coalesce with lane g = 0's.
+// kWrittenThisKernel: the rows were written by this grid (W4A4's quantized rows), so they are read through
+// L2 (ld.global.cg), not the read-only path.
+template <bool kWrittenThisKernel = false>
 __device__ __forceinline__ void load_activations(const __nv_bfloat16* row, uint32_t (&b)[16]) {
   const uint4* src = reinterpret_cast<const uint4*>(row);
 #pragma unroll
   for (int v = 0; v < 4; ++v) {
-    const uint4 q = __ldg(src + v);
+    const uint4 q = kWrittenThisKernel ? __ldcg(src + v) : __ldg(src + v);
     b[4 * v] = q.x, b[4 * v + 1] = q.y, b[4 * v + 2] = q.z, b[4 * v + 3] = q.w;
   }
 }
@@ -35,6 +38,13 @@ __device__ __forceinline__ void load_activations(const __nv_bfloat16* row, uint3
 __device__ __forceinline__ int32_t load_acquire_gpu(const int32_t* address) {
   int32_t value;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
+// A flag read without ordering (polls; the caller fences once after the last).
+__device__ __forceinline__ uint32_t load_relaxed_gpu(const uint32_t* address) {
+  uint32_t value;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
   return value;
 }
 

@@ -176,7 +176,8 @@ TEST(FusedDecodeShapes, Launch2ShapesFollowTheChunkSizeAndTheRowBalance) {
 // Launch 2's early start beside an SM's last launch-1 CTA needs one CTA of each in an SM sub-partition's
 // register file (fused_decode_register_fit; docs/perf/2026-12-01-h200-r23.md: 1.5-1.7 us at one token of
 // Qwen3.5-397B when it did not). The pair that one token runs (the plan's launch-1 shape and its latency
-// launch 2, one-tile instance) must fit; the 20-warp 32-row launch 2 cannot (5 warps on a sub-partition).
+// launch 2, one-tile instance) must fit, for W4A16 and (since r24, docs/perf/2026-12-01-h200-r24.md) W4A4;
+// the 20-warp 32-row launch 2 cannot (5 warps on a sub-partition).
 // Unknown shapes and a 32-row shape's many-token instance are errors naming them.
 TEST(FusedDecodeRegisters, OneTokenLaunch2FitsBesideTheLastLaunch1Cta) {
   FP4MOE_REQUIRE_SM80(device);
@@ -195,6 +196,13 @@ TEST(FusedDecodeRegisters, OneTokenLaunch2FitsBesideTheLastLaunch1Cta) {
                           << " registers and launch 2 (shape " << plan.gemm2_latency.shape << ") at "
                           << fit.gemm2_registers << " take " << fit.needed << " of a sub-partition's "
                           << fit.sub_partition_registers << " registers";
+  const MoeProblem w4a4 = make_moe_problem(4096, 1024, 512, 10, ActivationMode::kW4A4);
+  const FusedDecodePlan w4a4_plan = plan_moe_fused_decode(w4a4, device->multiprocessors);
+  const FusedDecodeRegisterFit w4a4_fit =
+      fused_decode_register_fit(w4a4_plan.gemm1_shape, w4a4_plan.gemm2_latency.shape, true);
+  EXPECT_TRUE(w4a4_fit.fits()) << "W4A4: launch 1 at " << w4a4_fit.gemm1_registers << " registers, launch 2 at "
+                               << w4a4_fit.gemm2_registers << ": " << w4a4_fit.needed << " of "
+                               << w4a4_fit.sub_partition_registers;
   const FusedDecodeRegisterFit wide = fused_decode_register_fit(plan.gemm1_shape, kFusedDecodeGemm2FewShape, true);
   EXPECT_FALSE(wide.fits()) << wide.needed << " of " << wide.sub_partition_registers;
   EXPECT_GT(wide.needed, fit.needed);

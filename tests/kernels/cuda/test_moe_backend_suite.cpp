@@ -210,6 +210,26 @@ TEST_P(MoeBackendSuite, GraphReplayMatchesEagerAndRunsAreBitIdentical) {
 
 // Small enough for compute-sanitizer (memcheck, racecheck): every kernel and tile config the backend picks
 // on this device once (all sm80 GEMM tiles: CudaGroupedGemmTiles).
+// Real checkpoints calibrate each expert's input scales; the synthetic weights share one. W4A4 with
+// different scales per expert (GEMM1's and GEMM2's, up to 4x apart): a kernel that quantizes a row with
+// another expert's scale, or multiplies the wrong one back, is off by far more than the tolerance.
+TEST_P(MoeBackendSuite, W4A4PerExpertInputScales) {
+  FP4MOE_REQUIRE_BACKEND_DEVICE(device);
+  const MoeProblem problem = small_problem(ActivationMode::kW4A4);
+  MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 41);
+  for (int64_t e = 0; e < problem.num_experts; ++e) {
+    weights.w13_input_scale[e] *= 0.5f + 0.25f * static_cast<float>(e % 7);
+    weights.w2_input_scale[e] *= 2.0f - 0.25f * static_cast<float>(e % 5);
+  }
+  weights.validate();
+  Runner runner(GetParam(), problem, weights, 64, *device);
+  for (int64_t T : {1, 3, 8, 64}) {
+    const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 90 + T);
+    const std::vector<float> logits = test::random_logits(T, problem.num_experts, 91 + T);
+    check_case(runner, problem, weights, hidden, logits, nullptr, T, 1, "per-expert input scales T=" + std::to_string(T));
+  }
+}
+
 TEST_P(MoeBackendSuite, TinySanitizerCase) {
   FP4MOE_REQUIRE_BACKEND_DEVICE(device);
   const MoeProblem base = moe_problem_for(model_preset("tiny"), ActivationMode::kW4A16);
