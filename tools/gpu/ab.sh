@@ -15,7 +15,9 @@
 #   A spec with an ACTIVATION (W4A16 or W4A4) runs `--activation` and is labelled PRESET-ACTIVATION.
 # Environment: OUT (logs and JSON), AB_ROUNDS (default 2: A B A B), AB_TESTS (a ctest -R regex run on
 # both sides first, e.g. "CudaSm90|Backends"), AB_TARGETS (ninja targets; default fp4moe + the test
-# binaries). Prints one line per (side, round, preset, T) and the B/A time ratios.
+# binaries). Prints the medians per (preset, T) over the rounds and the B/A time ratios; OUT gets ab.json
+# (those medians, every round's time, every run's report), runs.tar.gz (the runs' JSONs and logs) and the
+# build, test and patch logs: 7 files, within the 8 a device call returns.
 # Budget (H200, 2026-11-30): both builds 50 s; AB_TESTS="CudaSm90|Backends|Nvfp4" 133 + 184 s; a 397b bench
 # ~25 s and a 235b one ~12 s per side and round. Wrap the call in `timeout` below the device limit.
 set -uo pipefail
@@ -86,6 +88,7 @@ python3 - "$out" "$rounds" "$@" <<'EOF'
 import json, os, statistics, sys
 out, rounds, specs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 times = {}  # (side, preset, backend, T) -> [us]
+runs = {}  # every run's report, for ab.json
 for side in "ab":
     for r in range(1, rounds + 1):
         for spec in specs:
@@ -95,14 +98,24 @@ for side in "ab":
             if not os.path.exists(path):
                 continue
             report = json.load(open(path))
+            runs[f"{side}-r{r}-{preset}"] = report
             for backend in report["backends"]:
                 for point in backend.get("points", []):
                     key = (side, preset, backend["id"], point["tokens"])
                     times.setdefault(key, []).append(point["us_median"])
 print(f"{'preset':22} {'backend':28} {'T':>6} {'A us':>10} {'B us':>10} {'B/A':>7}")
+medians = []
 for (side, preset, backend, t) in sorted(k for k in times if k[0] == "a"):
     a = statistics.median(times[("a", preset, backend, t)])
     b_runs = times.get(("b", preset, backend, t))
     b = statistics.median(b_runs) if b_runs else float("nan")
     print(f"{preset:22} {backend:28} {t:>6} {a:>10.1f} {b:>10.1f} {b / a:>7.3f}")
+    medians.append({"preset": preset, "backend": backend, "tokens": t, "a_us": times[("a", preset, backend, t)],
+                    "b_us": b_runs or [], "a_median_us": a, "b_median_us": b if b_runs else None})
+json.dump({"rounds": rounds, "specs": specs, "medians": medians, "runs": runs},
+          open(os.path.join(out, "ab.json"), "w"), indent=1)
 EOF
+# At most 8 files come back from a device call: every run's JSON is in ab.json, the run logs go into one
+# archive (the builds', tests' and patch logs stay beside them).
+(cd "$out" && ls ./*-r[0-9]*-*.json > /dev/null 2>&1 \
+  && tar -czf runs.tar.gz ./*-r[0-9]*-*.json ./*-r[0-9]*-*.log && rm -f ./*-r[0-9]*-*.json ./*-r[0-9]*-*.log)
