@@ -210,9 +210,10 @@ TEST_P(MoeBackendSuite, GraphReplayMatchesEagerAndRunsAreBitIdentical) {
 
 // Small enough for compute-sanitizer (memcheck, racecheck): every kernel and tile config the backend picks
 // on this device once (all sm80 GEMM tiles: CudaGroupedGemmTiles).
-// Real checkpoints calibrate each expert's input scales; the synthetic weights share one. W4A4 with
-// different scales per expert (GEMM1's and GEMM2's, up to 4x apart): a kernel that quantizes a row with
-// another expert's scale, or multiplies the wrong one back, is off by far more than the tolerance.
+// Real checkpoints calibrate each expert's input scales; the synthetic weights share one, so no other
+// case can tell experts' scales apart. W4A4 with different scales per expert (GEMM1's and GEMM2's, up to
+// 4x apart): multiplying another expert's scale back is off by up to 4x; quantizing a row with another
+// expert's scale moves its blocks onto another E4M3 grid.
 TEST_P(MoeBackendSuite, W4A4PerExpertInputScales) {
   FP4MOE_REQUIRE_BACKEND_DEVICE(device);
   const MoeProblem problem = small_problem(ActivationMode::kW4A4);
