@@ -192,7 +192,9 @@ struct SharedRoute {
 // W4A4: every slot's activation row quantized once (moe_fused_decode_sm80_w4a4.cuh), in units of 512
 // columns (a warp, one NVFP4 block per lane), each with a flag set to the launch's tag (SharedRoute).
 inline constexpr int kW4A4UnitColumns = 32 * 16;
-__host__ __device__ constexpr int w4a4_units_per_row(int hidden) { return (hidden + kW4A4UnitColumns - 1) / kW4A4UnitColumns; }
+__host__ __device__ constexpr int w4a4_units_per_row(int hidden) {
+  return (hidden + kW4A4UnitColumns - 1) / kW4A4UnitColumns;
+}
 struct W4A4Rows {
   __nv_bfloat16* rows;  // [tk_cap, H]: slot s's row, quantize-dequantized with its expert's input scale
   uint32_t* flags;      // [tk_cap * w4a4_units_per_row(H)]

@@ -10,8 +10,8 @@
 // the midpoints 0.25, 0.75, 1.25, 1.75, 2.5, 3.5 and 5, i.e. at half-integers of |q| counted in grid
 // steps (0.5 below 2, 1 below 4, 2 above). Below 8, 2^-22 relative is under 2^-18 steps, so a product
 // farther than 2^-16 steps from every half-integer rounds like the quotient; from 8 up both give 6.
-// Closer than that (an exact midpoint needs x = midpoint * d; random data hits it about once in
-// 10^4 values) the function reports `unsure` and the caller divides.
+// Closer than that (an exact midpoint needs x = midpoint * d: 3.6e-5 of the values in
+// test_nvfp4_qdq_fast.cpp's sweep) the function reports `unsure` and the caller divides.
 #pragma once
 #include <math.h>
 

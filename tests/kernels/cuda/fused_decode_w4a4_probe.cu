@@ -27,7 +27,8 @@ std::vector<uint16_t> run_w4a4_quantize_blocks(const std::vector<uint16_t>& valu
   const DeviceBuffer d_in = DeviceBuffer::from_host(values);
   std::vector<uint16_t> out(values.size(), 0xFFFF);
   DeviceBuffer d_out = DeviceBuffer::from_host(out);
-  w4a4_quantize_blocks_kernel<<<(blocks + 31) / 32, 32>>>(d_in.as<uint32_t>(), blocks, tensor_scale, d_out.as<uint32_t>());
+  w4a4_quantize_blocks_kernel<<<(blocks + 31) / 32, 32>>>(d_in.as<uint32_t>(), blocks, tensor_scale,
+                                                          d_out.as<uint32_t>());
   FP4MOE_CUDA_CHECK(cudaGetLastError());
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   return d_out.to_host<uint16_t>();

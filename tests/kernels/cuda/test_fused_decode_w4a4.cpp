@@ -69,8 +69,9 @@ std::vector<uint16_t> midpoint_blocks(float block_scale) {
   std::vector<uint16_t> bits(64 * kNvfp4BlockSize);
   for (int blk = 0; blk < 64; ++blk)
     for (int i = 0; i < kNvfp4BlockSize; ++i)
-      bits[blk * kNvfp4BlockSize + i] = i == blk % kNvfp4BlockSize ? float_to_bf16((blk % 2 ? -6.0f : 6.0f) * block_scale)
-                                                                   : pool[(blk * 15 + i) % pool.size()];
+      bits[blk * kNvfp4BlockSize + i] = i == blk % kNvfp4BlockSize
+                                            ? float_to_bf16((blk % 2 ? -6.0f : 6.0f) * block_scale)
+                                            : pool[(blk * 15 + i) % pool.size()];
   return bits;
 }
 
