@@ -8,7 +8,10 @@
 // Why: an expert's activation row is read by all its items (64 per expert at Qwen3.5-397B), and until
 // r24 every item quantized it again in its K loop (with a division per value: W4A4 took 3x W4A16's
 // time at one token; docs/perf/2026-12-01-h200-r24.md).
-// Assumes every launch-1 CTA is resident at once (the persistent grid; shared routing assumes it too).
+// Assumes every launch-1 CTA is resident at once (the plan sizes the persistent grid so): the producers
+// are the grid's last CTAs and every CTA waits for them. The shared routing needs less (its first T
+// CTAs resident beside the others); with SMs held by a kernel on another stream this could hang where
+// the shared routing would not (docs/fused-decode.md, W4A4).
 #pragma once
 #include <cuda_bf16.h>
 
