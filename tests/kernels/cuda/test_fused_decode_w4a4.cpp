@@ -1,6 +1,6 @@
 // The fused decode's W4A4 activation quantization on the GPU (quantize_block_w4a4 in
 // moe_fused_decode_sm80_w4a4.cuh, through fused_decode_w4a4_probe.cu): every block must be the CPU
-// reference's NVFP4 quantize-dequantize (nvfp4_quantize_block) bit for bit: random rows with typical
+// reference's NVFP4 quantize-dequantize (detail::quantize_row_unscaled) bit for bit: random rows with typical
 // static scales; exact rounding midpoints and their BF16 neighbours (where only the division decides);
 // all-zero, saturating, tiny and near-subnormal blocks; tensor scales whose divisors have no normal
 // reciprocal or whose block-scale quotient is 0 (6 * 3e38 = inf).
@@ -11,29 +11,24 @@
 #include <vector>
 
 #include "format/bf16.h"
-#include "format/fp_codes.h"
 #include "format/nvfp4.h"
 #include "format/synthetic.h"
 #include "fused_decode_w4a4_probe.h"
 #include "gpu_test_util.h"
+#include "kernels/cpu/reference_detail.h"
 
 namespace fp4moe {
 namespace {
 
-// The reference quantize-dequantize (without the tensor scale) of whole blocks, as BF16 bits.
+// The CPU reference's own activation quantization (without the tensor scale) of whole blocks, as BF16
+// bits (exact: at most 6 significant bits).
 std::vector<uint16_t> reference_blocks(const std::vector<uint16_t>& bits, float tensor_scale) {
+  std::vector<float> values(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) values[i] = bf16_to_float(bits[i]);
+  std::vector<double> quantized(bits.size());
+  detail::quantize_row_unscaled(values.data(), static_cast<int64_t>(values.size()), tensor_scale, quantized.data());
   std::vector<uint16_t> out(bits.size());
-  for (size_t b = 0; b < bits.size() / kNvfp4BlockSize; ++b) {
-    float values[kNvfp4BlockSize];
-    for (int i = 0; i < kNvfp4BlockSize; ++i) values[i] = bf16_to_float(bits[b * kNvfp4BlockSize + i]);
-    uint8_t packed[kNvfp4BlockSize / 2], code = 0;
-    nvfp4_quantize_block(values, tensor_scale, packed, &code);
-    const float scale = e4m3_decode(code);
-    for (int i = 0; i < kNvfp4BlockSize; ++i) {
-      const uint8_t nibble = (packed[i / 2] >> (4 * (i % 2))) & 0xF;
-      out[b * kNvfp4BlockSize + i] = float_to_bf16(e2m1_decode(nibble) * scale);  // exact in BF16
-    }
-  }
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = float_to_bf16(static_cast<float>(quantized[i]));
   return out;
 }
 
