@@ -8,10 +8,8 @@
 // Why: an expert's activation row is read by all its items (64 per expert at Qwen3.5-397B), and until
 // r24 every item quantized it again in its K loop (with a division per value: W4A4 took 3x W4A16's
 // time at one token; docs/perf/2026-12-01-h200-r24.md).
-// Assumes every launch-1 CTA is resident at once (the plan sizes the persistent grid so): the producers
-// are the grid's last CTAs and every CTA waits for them. The shared routing needs less (its first T
-// CTAs resident beside the others); with SMs held by a kernel on another stream this could hang where
-// the shared routing would not (docs/fused-decode.md, W4A4).
+// Assumes the grid's first 64 CTAs are resident beside any CTA that waits for them (as the shared
+// routing does at 64 tokens): they produce every unit (docs/fused-decode.md, W4A4).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -50,33 +48,54 @@ __device__ __forceinline__ void quantize_block_w4a4(uint32_t (&w)[8], float tens
   }
 }
 
-// This CTA's units: unit u = (slot u / parts, part u % parts) goes to CTA grid - 1 - u % grid (the last
-// CTAs have the fewest items) and warp 1 + (u / grid) % warps, wrapping to warp 0 (which sorts the slots
-// meanwhile). `slot_expert`: each slot's expert, -1 for none (its row is never read; its flag is still set).
+// The producers: the grid's first kW4A4Producers CTAs (dispatched first), so that a CTA waiting for the
+// units never waits on a CTA that cannot be scheduled while it waits, as long as those CTAs are resident:
+// the shared routing's condition at 64 tokens. Unit u = (slot u / parts, part u % parts) goes to CTA
+// u % P and warp 1 + (u / P) % warps, wrapping to warp 0 (which sorts the slots meanwhile). A warp
+// loads its next unit's hidden values before quantizing the current one, and releases all its units'
+// flags after one fence. `slot_expert`: each slot's expert, -1 for none (its row is never read; its flag
+// is still set).
+inline constexpr int kW4A4Producers = 64;
 __device__ __forceinline__ void quantize_units_w4a4(W4A4Rows out, const __nv_bfloat16* hidden, const float* in_scale,
                                                     const int16_t* slot_expert, int slots, int top_k, int hidden_size,
                                                     uint32_t tag, int warps) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grid = gridDim.x;
-  const int parts = w4a4_units_per_row(hidden_size);
-  const int rank = grid - 1 - static_cast<int>(blockIdx.x), order = (warp + warps - 1) % warps;  // warp 0 last
-  for (int u = rank + grid * order; u < slots * parts; u += grid * warps) {
+  const int producers = min(static_cast<int>(gridDim.x), kW4A4Producers);
+  if (static_cast<int>(blockIdx.x) >= producers) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int parts = w4a4_units_per_row(hidden_size), units = slots * parts;
+  const int first = static_cast<int>(blockIdx.x) + producers * ((warp + warps - 1) % warps);
+  const int stride = producers * warps;
+  // The lane's block of unit u: its hidden values, or nothing (no expert, or past H: H is a multiple of
+  // 128, so a lane's block is whole or absent).
+  struct Block {
+    uint4 q0, q1;
+    bool present;
+  };
+  auto fetch = [&](int u) {
+    Block block{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0), false};
+    if (u >= units) return block;
     const int slot = u / parts, column = (u % parts) * kW4A4UnitColumns + 16 * lane;
-    const int e = slot_expert[slot];
-    if (e >= 0 && column < hidden_size) {  // H is a multiple of 128: a lane's block is whole or absent
-      const uint4* src = reinterpret_cast<const uint4*>(hidden + size_t(slot / top_k) * hidden_size + column);
-      const uint4 q0 = __ldg(src), q1 = __ldg(src + 1);
-      uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-      quantize_block_w4a4(w, in_scale[e]);
-      uint4* dst = reinterpret_cast<uint4*>(out.rows + size_t(slot) * hidden_size + column);
-      dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-      dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
-    }
-    __syncwarp();  // the lanes' stores precede lane 0's release
-    if (lane == 0) {
-      __threadfence();
-      atomicExch(out.flags + u, tag);
-    }
+    if (slot_expert[slot] < 0 || column >= hidden_size) return block;
+    const uint4* src = reinterpret_cast<const uint4*>(hidden + size_t(slot / top_k) * hidden_size + column);
+    return Block{__ldg(src), __ldg(src + 1), true};
+  };
+  Block next = fetch(first);
+  for (int u = first; u < units; u += stride) {
+    const Block block = next;
+    next = fetch(u + stride);
+    if (!block.present) continue;
+    const int slot = u / parts, column = (u % parts) * kW4A4UnitColumns + 16 * lane;
+    uint32_t w[8] = {block.q0.x, block.q0.y, block.q0.z, block.q0.w, block.q1.x, block.q1.y, block.q1.z, block.q1.w};
+    quantize_block_w4a4(w, in_scale[slot_expert[slot]]);
+    uint4* dst = reinterpret_cast<uint4*>(out.rows + size_t(slot) * hidden_size + column);
+    dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
   }
+  // Release: every lane's stores, seen by the whole warp (__syncwarp), precede each lane's fence, which
+  // precedes the flags the lanes then set (lane k: the warp's k-th unit, k + 32-th, ...).
+  __syncwarp();
+  __threadfence();
+  for (int u = first + lane * stride; u < units; u += 32 * stride) atomicExch(out.flags + u, tag);
 }
 
 // Waits (the whole CTA) until every unit of `slots` rows carries `tag`: relaxed polls, independent so
