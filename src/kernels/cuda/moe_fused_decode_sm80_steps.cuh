@@ -22,14 +22,21 @@ using sm80::mma_bf16;
 // 32 activations of one token for this lane's columns [col0, col0 + 32) of a chunk as 16 bf16x2 words
 // (word i = columns 2i, 2i+1). Lanes without a token (mma column g past the item's tokens) load a valid
 // row of another token: their output column is never written, and the loads coalesce with lane g = 0's.
-// kWrittenThisKernel: the rows were written by this grid (W4A4's quantized rows), so they are read through
-// L2 (ld.global.cg), not the read-only path.
+// kWrittenThisKernel: the rows were written by this grid (W4A4's quantized rows) and are read after an
+// acquire (wait_units_w4a4), so not through the read-only path (ld.global.nc) but with weak loads, which
+// the acquire orders after the writes (PTX memory model) and which may hit L1 (an SM's CTAs read the same
+// rows).
+__device__ __forceinline__ uint4 load_weak_v4(const uint4* address) {
+  uint4 q;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w) : "l"(address));
+  return q;
+}
 template <bool kWrittenThisKernel = false>
 __device__ __forceinline__ void load_activations(const __nv_bfloat16* row, uint32_t (&b)[16]) {
   const uint4* src = reinterpret_cast<const uint4*>(row);
 #pragma unroll
   for (int v = 0; v < 4; ++v) {
-    const uint4 q = kWrittenThisKernel ? __ldcg(src + v) : __ldg(src + v);
+    const uint4 q = kWrittenThisKernel ? load_weak_v4(src + v) : __ldg(src + v);
     b[4 * v] = q.x, b[4 * v + 1] = q.y, b[4 * v + 2] = q.z, b[4 * v + 3] = q.w;
   }
 }
