@@ -38,23 +38,17 @@ mkdir -p "$out"
 rounds=${AB_ROUNDS:-2}
 targets=${AB_TARGETS:-fp4moe test_cuda_moe_kernels test_cuda_sm90_prefill test_cuda_weight_layout}
 source tools/gpu/cublas_path.sh
+source tools/gpu/patched_tree.sh
 
 # B's sources: A's files (tracked and untracked, no build folders) with the patch applied.
 src_b=/tmp/fp4moe-ab-b
-rm -rf "$src_b" && mkdir -p "$src_b"
-tar --exclude='./build*' --exclude='./.git' --exclude='./ab-out' -cf - . | tar -xf - -C "$src_b"
-(cd "$src_b" && patch -p1 --quiet < "$patch_file") > "$out/patch.log" 2>&1 \
+patched_copy "$patch_file" "$src_b" "$out/patch.log" \
   || { echo "ab.sh: the patch does not apply:"; cat "$out/patch.log"; exit 3; }
 
 build_side() {  # $1 = side, $2 = source folder
-  local build=$PWD/build-ab-$1
-  {
-    [ -f "$build/build.ninja" ] || cmake -S "$2" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFP4MOE_CUDA=ON \
-      -DFP4MOE_CUDA_ARCHS=90a -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 \
-      -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20
-    # shellcheck disable=SC2086
-    FP4MOE_GIT_COMMIT="ab-$1" ninja -C "$build" -j "$(nproc)" $targets
-  } > "$out/build-$1.log" 2>&1 || { echo "ab.sh: side $1 does not build:"; tail -30 "$out/build-$1.log"; exit 4; }
+  # shellcheck disable=SC2086
+  build_90a "$2" "$PWD/build-ab-$1" "ab-$1" $targets > "$out/build-$1.log" 2>&1 \
+    || { echo "ab.sh: side $1 does not build:"; tail -30 "$out/build-$1.log"; exit 4; }
 }
 t0=$(date +%s)
 build_side a "$PWD"

@@ -2,8 +2,8 @@
 # tools/gpu/timeline.sh: per-CTA launch timelines of the fused decode in ONE device call. A diagnostic
 # patch (e.g. docs/perf/2026-12-02-h200-r26-timeline.patch) adds globaltimer stamps and a dump that
 # `fp4moe bench moe` writes when FP4MOE_FD_TIMELINE=FILE is set; this script builds this tree with the
-# patch applied in its own source copy and build folder (build-tl; the tree itself stays unpatched, as
-# in ab.sh), runs each spec and summarizes the stamps with the patch's summarizer.
+# patch applied in its own source copy and build folder (tools/gpu/patched_tree.sh, as ab.sh does; the
+# tree itself stays unpatched), runs each spec and summarizes the stamps with the patch's summarizer.
 # Usage, from the repository root on the device machine:
 #   tools/gpu/timeline.sh PATCH SUMMARIZER.py "LABEL:ENV:PRESET:TOKENS[:ACTIVATION]" ...
 #   ENV: comma-separated VAR=VALUE settings for that run, or "-" for none, e.g.
@@ -12,7 +12,7 @@
 # OUT (default ./tl-out) gets timeline-LABEL.txt (the summaries), stamps.tar.gz (the raw stamp files) and
 # build.log. A stamped build runs slower than the plain one: compare its specs with each other only.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 [ $# -ge 3 ] || { echo "usage: $0 PATCH SUMMARIZER.py LABEL:ENV:PRESET:TOKENS[:ACTIVATION]..." >&2; exit 2; }
 patch_file=$(realpath "$1")
 summarizer=$(realpath "$2")
@@ -20,20 +20,15 @@ shift 2
 [ -f "$patch_file" ] && [ -f "$summarizer" ] || { echo "timeline.sh: no file $patch_file or $summarizer" >&2; exit 2; }
 [ -f .deps/unpack.sh ] && source .deps/unpack.sh
 source tools/gpu/cublas_path.sh
+source tools/gpu/patched_tree.sh
 out=${OUT:-$PWD/tl-out}
 mkdir -p "$out"
-src=$PWD/tl-src
-rm -rf "$src" && mkdir -p "$src"
-tar --exclude='./build*' --exclude='./.git' --exclude='./ab-out' --exclude='./tl-*' -cf - . | tar -xf - -C "$src"
-(cd "$src" && patch -p1 --quiet < "$patch_file") > "$out/build.log" 2>&1 \
+src=/tmp/fp4moe-tl-src
+patched_copy "$patch_file" "$src" "$out/build.log" \
   || { echo "timeline.sh: the patch does not apply:"; cat "$out/build.log"; exit 3; }
 build=$PWD/build-tl
-{
-  [ -f "$build/build.ninja" ] || cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFP4MOE_CUDA=ON \
-    -DFP4MOE_CUDA_ARCHS=90a -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 \
-    -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20
-  FP4MOE_GIT_COMMIT=timeline ninja -C "$build" -j "$(nproc)" fp4moe
-} >> "$out/build.log" 2>&1 || { echo "timeline.sh: does not build:"; tail -30 "$out/build.log"; exit 4; }
+build_90a "$src" "$build" timeline fp4moe >> "$out/build.log" 2>&1 \
+  || { echo "timeline.sh: does not build:"; tail -30 "$out/build.log"; exit 4; }
 mkdir -p "$out/stamps"
 for spec in "$@"; do
   IFS=: read -r label env preset tokens activation <<< "$spec"
