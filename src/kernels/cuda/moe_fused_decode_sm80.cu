@@ -254,11 +254,22 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
       act_src = activation_source(++act_item);
     }
   };
+  // The first two steps' activations: W4A16 requests them before the ring's first copies where a warp's
+  // item is at most kEarlyActivationChunks steps (H <= 2048: 2.4-4.7 % faster at one token of Qwen3-30B,
+  // Qwen3.5-35B and Qwen3-Next-80B), else after them (H = 3072 and 4096 were 0.4-1.6 % slower with the
+  // early loads; docs/perf/2026-12-02-h200-r26.md). W4A4 reads its quantized rows only after their flags.
+  uint32_t b_even[16], b_odd[16];  // activations two steps ahead, used alternately (no register moves)
+  const bool early_activations = !kW4A4 && per_warp <= kEarlyActivationChunks;
+  if (early_activations) {
+    load_next_activations(b_even);
+    load_next_activations(b_odd);
+  }
   for (int s = 0; s < kStages1 - 1; ++s) issue();
   if constexpr (kW4A4) wait_units_w4a4(p.w4a4.flags, TK, p.hidden_size, tag);  // the ring fills meanwhile
-  uint32_t b_even[16], b_odd[16];  // activations two steps ahead, used alternately (no register moves)
-  load_next_activations(b_even);
-  load_next_activations(b_odd);
+  if (!early_activations) {
+    load_next_activations(b_even);
+    load_next_activations(b_odd);
+  }
   int parity = 0;
   float acc[MT][4] = {};
   auto step = [&](uint32_t (&b)[16]) {

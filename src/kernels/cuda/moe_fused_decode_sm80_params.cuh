@@ -16,6 +16,7 @@
 namespace fp4moe::fused_decode {
 
 constexpr int kGemm1Warps = 8;  // launch 1: the K chunks of an item are split over the CTA's warps
+constexpr int kEarlyActivationChunks = 2;  // launch 1 (W4A16): see the ring prime in moe_fused_decode_sm80.cu
 // Launch 1's shapes: 16-row tiles of W13 per item (MT), activation mode, CTAs per SM for __launch_bounds__.
 // Two tiles per item share each step's activation loads, ring bookkeeping, copy issue and loop control,
 // and each item's barrier and epilogue, over twice the weight bytes: the kernel is bound by instruction
