@@ -60,7 +60,7 @@ void launch_grouped_gemm_nvfp4w_bf16_sm90a(const Sm90GemmArgs& args, GemmEpilogu
 // packed codes [8 row groups of 16][32 lanes][4 words] and 512 bytes of E4M3 codes [128 rows][4]; word
 // s of lane (g = lane / 4, t = lane % 4) holds k16 step s of that lane's wgmma A fragment: register p of
 // the fragment = value pair (row g + 8 (p & 1), k 16s + 8 (p >> 1) + 2t + {0, 1}) = decode_word's output
-// p (nvfp4_decode_layout.h: the codes placed so that the 4 bf16x2 come out of 11 integer operations).
+// p (nvfp4_decode_layout.h: the codes placed so that the 4 bf16x2 come out of 10 integer operations).
 inline constexpr int kSm90RegwTileN = 128;                    // weight rows per tile (one repacked block)
 inline constexpr int kSm90RegwTileTokens[] = {64, 128, 256};  // the compiled token tiles
 inline constexpr int kSm90RegwSmallestTileTokens = 64;        // for workspace sizing

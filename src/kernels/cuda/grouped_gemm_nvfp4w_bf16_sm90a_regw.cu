@@ -18,7 +18,7 @@
 // producer's 128 threads copy them with cp.async into the 128-byte-swizzled tile, where the token tile
 // table says it is faster (one TMA per 128-byte row was measured 19 % slower at qwen3-235b / 4096).
 // WG1-2 (setmaxnreg 232): 64 or 128 weight rows each; per K block a 16-byte LDS + 8 table lookups per
-// 64 rows -> 16 bf16x2 registers (decode_word: 11 integer operations per 4 bf16x2, then one HMUL2 each
+// 64 rows -> 16 bf16x2 registers (decode_word: 10 integer operations per 4 bf16x2, then one HMUL2 each
 // with the scale entry), then 4 (or 8) wgmma m64nTk16 with fp32 accumulators; the epilogues are the
 // sm80 ones, transposed.
 #include <cuda_bf16.h>

@@ -5,7 +5,7 @@
 //
 // packed: [N/8][K/128][32 lanes][4 words]; lane = 4g + t holds row n = 8*nb + g; word j covers the k
 //   steps 2j and 2j+1 of the 128-wide chunk, as the 4 bf16x2 outputs of decode_word
-//   (nvfp4_decode_layout.h: the codes placed so that they come out in 11 integer operations):
+//   (nvfp4_decode_layout.h: the codes placed so that they come out in 10 integer operations):
 //     out0 = W[n][32j + 2t],      W[n][32j + 2t + 1]       (b0 of step 2j)
 //     out1 = W[n][32j + 2t + 8],  W[n][32j + 2t + 9]       (b1 of step 2j)
 //     out2 = W[n][32j+16 + 2t],   W[n][32j+16 + 2t + 1]    (b0 of step 2j+1)

@@ -1,7 +1,7 @@
 // The fused decode weight layout (kernels/cuda/nvfp4_decode_layout.h), host side: decoding every word of
-// the repacked bytes with decode_word (the kernels' own 11-op decode) gives e2m1(code) * 2^-126 of the
-// documented row and column for every element, the scales sit where the lanes read them, and bad
-// shapes are refused.
+// the repacked bytes with decode_word (the kernels' own 10-op decode) gives e2m1(code) * 2^-126 of the
+// documented row and column for every element, every pair of codes comes out of every output whatever
+// the word's other codes are, the scales sit where the lanes read them, and bad shapes are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -68,6 +68,34 @@ TEST(Nvfp4DecodeLayout, DecodedWordsAreTheDocumentedElements) {
     }
   }
   EXPECT_EQ(checked, N * K);  // every element exactly once
+}
+
+// Exhaustive per output: each of the 256 (low, high) code pairs at output k's bit positions, the word's
+// other 6 codes random (8 draws), decodes to the two bf16 patterns of e2m1 * 2^-126 bit for bit (-0 for
+// code 8 included). Output 2's multiply (two shifted copies added, not ORed) is right only if the copies
+// never carry into its mask: this is the check that covers every input of its 8 source bits.
+TEST(Nvfp4DecodeLayout, EveryCodePairComesOutOfEveryOutput) {
+  Rng rng(12);
+  auto bf16_pattern = [](uint32_t code) {  // e2m1(code) * 2^-126 as bf16 bits: sign, then magnitude at 8:6
+    return ((code & 8u) << 12) | ((code & 7u) << 6);
+  };
+  for (int k = 0; k < 4; ++k) {
+    for (uint32_t pair = 0; pair < 256; ++pair) {
+      const uint32_t lo = pair & 15u, hi = pair >> 4;
+      for (int draw = 0; draw < 8; ++draw) {
+        uint32_t word = decode_word_code_bits(lo, k, 0) | decode_word_code_bits(hi, k, 1);
+        for (int other = 0; other < 4; ++other)
+          if (other != k)
+            word |= decode_word_code_bits(static_cast<uint32_t>(rng.below(16)), other, 0) |
+                    decode_word_code_bits(static_cast<uint32_t>(rng.below(16)), other, 1);
+        uint32_t decoded[4];
+        decode_word(word, decoded);
+        ASSERT_EQ(decoded[k], bf16_pattern(lo) | (bf16_pattern(hi) << 16))
+            << "output " << k << " codes " << lo << ", " << hi << " word " << std::hex << word;
+        ASSERT_EQ(bf16_bits_to_float(decoded[k] & 0xFFFFu), std::ldexp(e2m1_decode(static_cast<uint8_t>(lo)), -126));
+      }
+    }
+  }
 }
 
 TEST(Nvfp4DecodeLayout, RefusesBadShapesAndRowOrders) {
