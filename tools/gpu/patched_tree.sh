@@ -8,7 +8,7 @@
 # the scripts' output and copies) with PATCH applied; patch's output goes to LOG. Fails if it does not apply.
 patched_copy() {
   rm -rf "$2" && mkdir -p "$2"
-  tar --exclude='./build*' --exclude='./.git' --exclude='./ab-out' --exclude='./tl-*' -cf - . | tar -xf - -C "$2"
+  tar --exclude='./build*' --exclude='./.git' --exclude='./ab-out' --exclude='./tl-*' --exclude='./sweep-out' -cf - . | tar -xf - -C "$2"
   (cd "$2" && patch -p1 --quiet < "$1") > "$3" 2>&1
 }
 
