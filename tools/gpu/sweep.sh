@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/gpu/sweep.sh: one build, several environment settings ("sides"), timed interleaved in ONE device
-# call. For knobbed diagnostic patches (e.g. docs/perf/2026-12-02-h200-r27-delay-diag.patch: a delay at a
+# call. For knobbed diagnostic patches (e.g. docs/perf/2026-12-02-h200-r27-delay-prefetch-diag.patch: a delay at a
 # chosen point of the fused decode) where every side must run the same binary, so that only the knob
 # differs. The build is this tree with PATCH applied, in its own copy and build folder
 # (tools/gpu/patched_tree.sh, as ab.sh does; the tree itself stays unpatched). PATCH "-" builds the tree.
@@ -9,7 +9,7 @@
 #   SIDE: a name ([A-Za-z0-9_]+; the table's ratios are to the side first in name order: name the
 #   baseline so that it sorts first); ENV: comma-separated
 #   VAR=VALUE settings, or "-" for none, e.g.
-#   tools/gpu/sweep.sh docs/perf/2026-12-02-h200-r27-delay-diag.patch r0=FP4MOE_FD_DIAG_DELAY=1:0 \
+#   tools/gpu/sweep.sh docs/perf/2026-12-02-h200-r27-delay-prefetch-diag.patch r0=FP4MOE_FD_DIAG_DELAY=1:0 \
 #     r1000=FP4MOE_FD_DIAG_DELAY=1:1000 -- qwen3.5-397b-a17b:1,8:cuda.sm80.fused_decode.v1
 # Environment: OUT (default ./sweep-out), SWEEP_ROUNDS (default 2: every side once per round, in order).
 # OUT gets sweep.json (every run's report: bench/record_table.py --combine), runs.tar.gz (their logs) and
