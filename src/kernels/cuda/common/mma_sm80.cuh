@@ -65,11 +65,11 @@ inline constexpr float kScaleLutCompensation = 512.0f;
 template <int P>
 __device__ __forceinline__ uint32_t nibble_pair(uint32_t word) {
   constexpr int kMag = 6 - 4 * P, kSign = 12 - 4 * P;
-  if constexpr (kMag >= 0) {
-    constexpr uint32_t kSources = (0x01C001C0u >> (kMag >= 0 ? kMag : 0)) | (0x80008000u >> kSign);
-    return ((word & kSources) * ((1u << (kMag >= 0 ? kMag : 0)) + (1u << kSign))) & 0x81C081C0u;
+  if constexpr (kMag >= 0) {  // (the branch not taken is not instantiated: no negative shift counts)
+    constexpr uint32_t kSources = (0x01C001C0u >> kMag) | (0x80008000u >> kSign);
+    return ((word & kSources) * ((1u << kMag) + (1u << kSign))) & 0x81C081C0u;
   } else {
-    return ((word >> (kMag < 0 ? -kMag : 0)) & 0x01C001C0u) | ((word << kSign) & 0x80008000u);
+    return ((word >> -kMag) & 0x01C001C0u) | ((word << kSign) & 0x80008000u);
   }
 }
 
