@@ -26,19 +26,14 @@ cd "$(dirname "$0")/../.."
 patch_file=$(realpath "$1")
 shift
 [ -f "$patch_file" ] || { echo "ab.sh: no patch file $patch_file" >&2; exit 2; }
-# A run's JSON is named by its spec's label, PRESET or PRESET-ACTIVATION: two specs with one label would
-# overwrite each other's results. Put their token counts in one spec.
-spec_label() { local preset tokens backend activation; IFS=: read -r preset tokens backend activation <<< "$1"; echo "$preset${activation:+-$activation}"; }
-labels=$(for spec in "$@"; do spec_label "$spec"; done)
-dup=$(sort <<< "$labels" | uniq -d | head -1)
-[ -z "$dup" ] || { echo "ab.sh: two specs share the label $dup (their JSONs would collide); merge their token lists" >&2; exit 2; }
+source tools/gpu/lib.sh
+unique_labels ab.sh "$@" || exit 2
 [ -f .deps/unpack.sh ] && source .deps/unpack.sh
 out=${OUT:-$PWD/ab-out}
 mkdir -p "$out"
 rounds=${AB_ROUNDS:-2}
 targets=${AB_TARGETS:-fp4moe test_cuda_moe_kernels test_cuda_sm90_prefill test_cuda_weight_layout}
 source tools/gpu/cublas_path.sh
-source tools/gpu/patched_tree.sh
 
 # B's sources: A's files (tracked and untracked, no build folders) with the patch applied.
 src_b=/tmp/fp4moe-ab-b
@@ -65,14 +60,9 @@ fi
 for round in $(seq 1 "$rounds"); do
   for side in a b; do
     for spec in "$@"; do
-      IFS=: read -r preset tokens backend activation <<< "$spec"
-      label=$(spec_label "$spec")
-      json="$out/$side-r$round-$label.json"
-      args=(bench moe --preset "$preset" --tokens "$tokens" --no-baseline --json "$json")
-      [ -n "$backend" ] && args+=(--backend "$backend")
-      [ -n "$activation" ] && args+=(--activation "$activation")
-      timeout 300 "build-ab-$side/tools/fp4moe" "${args[@]}" > "$out/$side-r$round-$label.log" 2>&1 \
-        || { echo "ab.sh: bench failed (side $side, $spec):"; tail -5 "$out/$side-r$round-$label.log"; }
+      run="$out/$side-r$round-$(spec_label "$spec")"
+      run_bench "build-ab-$side/tools/fp4moe" "$spec" "$run.json" "$run.log" \
+        || { echo "ab.sh: bench failed (side $side, $spec):"; tail -5 "$run.log"; }
     done
   done
 done

@@ -3,7 +3,7 @@
 # call. For knobbed diagnostic patches (e.g. docs/perf/2026-12-02-h200-r27-delay-prefetch-diag.patch: a delay at a
 # chosen point of the fused decode) where every side must run the same binary, so that only the knob
 # differs. The build is this tree with PATCH applied, in its own copy and build folder
-# (tools/gpu/patched_tree.sh, as ab.sh does; the tree itself stays unpatched). PATCH "-" builds the tree.
+# (tools/gpu/lib.sh, as ab.sh does; the tree itself stays unpatched). PATCH "-" builds the tree.
 # Usage, from the repository root on the device machine:
 #   tools/gpu/sweep.sh PATCH SIDE=ENV... -- PRESET:TOKENS[:BACKEND[:ACTIVATION]]...
 #   SIDE: a name ([A-Za-z0-9_]+; the table's ratios are to the side first in name order: name the
@@ -31,9 +31,10 @@ done
 for spec in "$@"; do
   [[ $spec =~ ^[a-z0-9.-]+:[0-9,]+(:[A-Za-z0-9._]*)?(:W4A(16|4))?$ ]] || { echo "sweep.sh: bad spec '$spec'" >&2; exit 2; }
 done
+source tools/gpu/lib.sh
+unique_labels sweep.sh "$@" || exit 2
 [ -f .deps/unpack.sh ] && source .deps/unpack.sh
 source tools/gpu/cublas_path.sh
-source tools/gpu/patched_tree.sh
 out=${OUT:-$PWD/sweep-out}
 mkdir -p "$out"
 rounds=${SWEEP_ROUNDS:-2}
@@ -59,13 +60,9 @@ for round in $(seq 1 "$rounds"); do
     settings=()
     [ "$env_list" = "-" ] || IFS=, read -r -a settings <<< "$env_list"
     for spec in "$@"; do
-      IFS=: read -r preset tokens backend activation <<< "$spec"
-      label=$preset${activation:+-$activation}
-      args=(bench moe --preset "$preset" --tokens "$tokens" --no-baseline --json "$runs/$name-r$round-$label.json")
-      [ -n "$backend" ] && args+=(--backend "$backend")
-      [ -n "$activation" ] && args+=(--activation "$activation")
-      env "${settings[@]}" timeout 300 build-sweep/tools/fp4moe "${args[@]}" > "$runs/$name-r$round-$label.log" 2>&1 \
-        || { echo "sweep.sh: bench failed (side $name, $spec):"; tail -5 "$runs/$name-r$round-$label.log"; }
+      run="$runs/$name-r$round-$(spec_label "$spec")"
+      run_bench build-sweep/tools/fp4moe "$spec" "$run.json" "$run.log" ${settings[@]+"${settings[@]}"} \
+        || { echo "sweep.sh: bench failed (side $name, $spec):"; tail -5 "$run.log"; }
     done
   done
 done

@@ -2,7 +2,7 @@
 # tools/gpu/timeline.sh: per-CTA launch timelines of the fused decode in ONE device call. A diagnostic
 # patch (e.g. docs/perf/2026-12-02-h200-r26-timeline.patch) adds globaltimer stamps and a dump that
 # `fp4moe bench moe` writes when FP4MOE_FD_TIMELINE=FILE is set; this script builds this tree with the
-# patch applied in its own source copy and build folder (tools/gpu/patched_tree.sh, as ab.sh does; the
+# patch applied in its own source copy and build folder (tools/gpu/lib.sh, as ab.sh does; the
 # tree itself stays unpatched), runs each spec and summarizes the stamps with the patch's summarizer.
 # Usage, from the repository root on the device machine:
 #   tools/gpu/timeline.sh PATCH SUMMARIZER.py "LABEL:ENV:PRESET:TOKENS[:ACTIVATION]" ...
@@ -20,7 +20,7 @@ shift 2
 [ -f "$patch_file" ] && [ -f "$summarizer" ] || { echo "timeline.sh: no file $patch_file or $summarizer" >&2; exit 2; }
 [ -f .deps/unpack.sh ] && source .deps/unpack.sh
 source tools/gpu/cublas_path.sh
-source tools/gpu/patched_tree.sh
+source tools/gpu/lib.sh
 out=${OUT:-$PWD/tl-out}
 mkdir -p "$out"
 src=/tmp/fp4moe-tl-src
