@@ -4,7 +4,7 @@
 #   bash bench/gpu_run.sh [BUILD_DIR] [extra `bench moe` args...]
 # Writes $OUT/bench-moe.json, $OUT/bench-moe.txt and $OUT/gpu-run.log. Set FP4MOE_GIT_COMMIT.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 build=${1:-build-bench}
 shift || true
 out=${OUT:-/tmp/fp4moe-out}
@@ -15,7 +15,7 @@ source tools/gpu/cublas_path.sh
 if ! "$build/tools/fp4moe" info; then
   echo "=== carried binaries do not run here; building (sm_90a) on this machine"
   [ -f .deps/unpack.sh ] && source .deps/unpack.sh
-  build=build-gpu
+  build="build-gpu"
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFP4MOE_CUDA=ON -DFP4MOE_CUDA_ARCHS=90a > "$out/configure.log" 2>&1 \
     || { tail -30 "$out/configure.log"; exit 1; }
   ninja -C "$build" -j 16 fp4moe test_cublas_bf16_baseline || exit 1

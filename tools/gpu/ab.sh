@@ -21,7 +21,7 @@
 # Budget (H200, 2026-11-30): both builds 50 s; AB_TESTS="CudaSm90|Backends|Nvfp4" 133 + 184 s; a 397b bench
 # ~25 s and a 235b one ~12 s per side and round. Wrap the call in `timeout` below the device limit.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 [ $# -ge 2 ] || { echo "usage: $0 PATCH PRESET:TOKENS[:BACKEND[:ACTIVATION]]..." >&2; exit 2; }
 patch_file=$(realpath "$1")
 shift

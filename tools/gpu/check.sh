@@ -11,11 +11,11 @@
 #   FP4MOE_GPU_SKIP (words: tests sanitizer bench qualify hfnames), FP4MOE_GPU_QUALIFY_PRESET (default
 #   qwen3.5-397b-a17b), FP4MOE_GPU_QUALIFY_MAX_TOKENS (default 1024).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 source .deps/unpack.sh
 out=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$out"
-build=build-gpu
+build="build-gpu"
 archs=${FP4MOE_GPU_ARCHS:-90a}
 skip=" ${FP4MOE_GPU_SKIP:-} "
 jobs=$(nproc)

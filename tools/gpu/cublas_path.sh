@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the GPU-machine scripts (bench/gpu_run.sh, tools/gpu/ab.sh): makes libcublas.so.13 loadable
 # for `fp4moe bench` (its BF16 GEMM ceiling and the cuBLAS baseline): the CUDA toolkit's, else the one
 # the PyTorch wheels carry.
