@@ -47,16 +47,26 @@ FP4MOE_HOST_DEVICE constexpr int decode_code_offset(int lane, int half_row) {
 inline constexpr int kDecodeMagShift[4] = {0, 3, 6, -3};
 inline constexpr int kDecodeSignShift[4] = {0, 3, 2, 1};
 
-// The 4 bf16x2 outputs of one layout word (see the header comment). Output 2's magnitude bits come
-// from a left shift by 6 and its sign bits from a left shift by 2: one multiply of its 8 source bits by
-// 2^6 + 2^2 makes both shifted copies (they overlap only at bit 19, whose carry ends at bit 21, outside
-// the mask; equal to the two shifts for every word, checked exhaustively), so 3 operations instead of 4,
-// and the multiply issues to the FMA pipe, not the integer ALU: 10 per word in all.
-inline constexpr uint32_t kDecodeOut2Sources = 0x20072007u;  // (0x01C001C0 >> 6) | (0x80008000 >> 2)
+// The bf16x2 fields of two FP4 codes as e2m1 * 2^-126 (magnitudes at bits 8:6 / 24:22, signs at 15 / 31)
+// where both come from left shifts of a word, by kMag and kSign: one multiply of the fields' source bits
+// by 2^kMag + 2^kSign makes both shifted copies, and where they carry into no field bit their sum equals
+// their OR. 3 operations instead of 4, the multiply on the FMA pipe, not the integer ALU. Used by
+// decode_word's output 2 (the copies overlap only at bit 19, whose carry ends at bit 21) and the sm_90a
+// prefill's nibble_pair 0 and 1 (no overlap); each use was checked equal to the shifts for all 2^32 words.
+inline constexpr uint32_t kBf16x2MagnitudeBits = 0x01C001C0u, kBf16x2SignBits = 0x80008000u;
+template <int kMag, int kSign>
+FP4MOE_HOST_DEVICE constexpr uint32_t shifted_fields_by_multiply(uint32_t w) {
+  static_assert(kMag >= 0 && kSign >= 0, "both fields must come from left shifts");
+  constexpr uint32_t kSources = (kBf16x2MagnitudeBits >> kMag) | (kBf16x2SignBits >> kSign);
+  return ((w & kSources) * ((1u << kMag) + (1u << kSign))) & (kBf16x2MagnitudeBits | kBf16x2SignBits);
+}
+
+// The 4 bf16x2 outputs of one layout word (see the header comment): 10 integer operations per word,
+// output 2 by shifted_fields_by_multiply.
 FP4MOE_HOST_DEVICE inline void decode_word(uint32_t w, uint32_t (&out)[4]) {
   out[0] = w & 0x81C081C0u;
   out[1] = (w << 3) & 0x81C081C0u;
-  out[2] = ((w & kDecodeOut2Sources) * ((1u << 6) + (1u << 2))) & 0x81C081C0u;
+  out[2] = shifted_fields_by_multiply<kDecodeMagShift[2], kDecodeSignShift[2]>(w);
   out[3] = ((w >> 3) & 0x01C001C0u) | ((w << 1) & 0x80008000u);
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/nvfp4_decode_layout.h"
 #include "kernels/cuda/nvfp4_device.cuh"
 
 namespace fp4moe {
@@ -59,15 +60,13 @@ inline constexpr float kScaleLutCompensation = 512.0f;
 // Nibble pair P of a word holding 8 FP4 codes (nibble P = element 2P, nibble P+4 = element 2P+1) as
 // bf16x2 bits of e2m1 * 2^-126: magnitudes to bits [8:6] / [24:22], signs to 15 / 31 (the layouts of
 // nvfp4_mma_layout.h and of the sm_90a GEMM store pairs this way). Pairs 0 and 1 shift both left: one
-// multiply of the pair's 8 source bits makes both shifted copies, which do not overlap (bits 6-9 /
-// 22-25 and 12-15 / 28-31), so their sum is their OR: 3 operations instead of 4 (equal to the shifts
-// for all 2^32 words, checked exhaustively). Pairs 2 and 3 shift the magnitudes right.
+// multiply (shifted_fields_by_multiply; the shifted copies do not overlap: bits 6-9 / 22-25 and 12-15 /
+// 28-31). Pairs 2 and 3 shift the magnitudes right.
 template <int P>
 __device__ __forceinline__ uint32_t nibble_pair(uint32_t word) {
   constexpr int kMag = 6 - 4 * P, kSign = 12 - 4 * P;
   if constexpr (kMag >= 0) {  // (the branch not taken is not instantiated: no negative shift counts)
-    constexpr uint32_t kSources = (0x01C001C0u >> kMag) | (0x80008000u >> kSign);
-    return ((word & kSources) * ((1u << kMag) + (1u << kSign))) & 0x81C081C0u;
+    return shifted_fields_by_multiply<kMag, kSign>(word);
   } else {
     return ((word >> -kMag) & 0x01C001C0u) | ((word << kSign) & 0x80008000u);
   }
