@@ -9,8 +9,9 @@
 #   ENV: comma-separated VAR=VALUE settings for that run, or "-" for none, e.g.
 #   tools/gpu/timeline.sh docs/perf/2026-12-02-h200-r26-timeline.patch docs/perf/2026-12-02-h200-r26-timeline.py \
 #     late:FP4MOE_FD_DIAG_EARLY=0:qwen3.5-397b-a17b:1 early:FP4MOE_FD_DIAG_EARLY=1:qwen3.5-397b-a17b:1
-# OUT (default ./tl-out) gets timeline-LABEL.txt (the summaries), stamps.tar.gz (the raw stamp files) and
-# build.log. A stamped build runs slower than the plain one: compare its specs with each other only.
+# Each run is lib.sh's run_bench (300 s at most). OUT (default ./tl-out) gets timeline-LABEL.txt (the
+# summaries), stamps.tar.gz (the raw stamp files, each run's report and log) and build.log. A stamped
+# build runs slower than the plain one: compare its specs with each other only.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 [ $# -ge 3 ] || { echo "usage: $0 PATCH SUMMARIZER.py LABEL:ENV:PRESET:TOKENS[:ACTIVATION]..." >&2; exit 2; }
@@ -37,9 +38,8 @@ for spec in "$@"; do
   rm -f "$stamps"
   settings=()
   [ "$env" = "-" ] || IFS=, read -r -a settings <<< "$env"
-  args=(bench moe --preset "$preset" --tokens "$tokens" --backend cuda.sm80.fused_decode.v1 --no-baseline)
-  [ -z "${activation:-}" ] || args+=(--activation "$activation")
-  env ${settings[@]+"${settings[@]}"} FP4MOE_FD_TIMELINE="$stamps" "$build/tools/fp4moe" "${args[@]}" > "$out/stamps/$label.log" 2>&1 \
+  run_bench "$build/tools/fp4moe" "$preset:$tokens:cuda.sm80.fused_decode.v1:${activation:-}" "$out/stamps/$label.json" \
+    "$out/stamps/$label.log" ${settings[@]+"${settings[@]}"} FP4MOE_FD_TIMELINE="$stamps" \
     || { echo "timeline.sh: $label failed:"; tail -20 "$out/stamps/$label.log"; exit 5; }
   python3 "$summarizer" "$stamps" "$label ($env)" | tee "$out/timeline-$label.txt"
 done
