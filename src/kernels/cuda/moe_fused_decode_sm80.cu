@@ -83,6 +83,49 @@ inline __device__ __noinline__ void write_routing_record(RoutingRecord record, c
   }
 }
 
+// One token, W4A16 (launch 1 below): the warp's first kStages1 - 1 ring stages of this CTA's first item,
+// issued as soon as warp 0's top-k has written the winners to `route_ids`, before the slot sort and the
+// item table. At one token of Qwen3.5-397B the sort and table take ~1.2 us and the prime ~0.8 us with the
+// HBM idle (docs/perf/2026-12-02-h200-r27.md), and every microsecond before the prime reaches the layer's
+// time (docs/perf/2026-12-02-h200-r28.md). The item is the one the sort and table will give this CTA:
+// item c = (q, rb), q the rank of a valid winner in ascending expert order (one token: every touched
+// expert is one token group). Returns the item's W13 offset (launch 1 checks it against its item table),
+// or kNoEarlyItem where this CTA has no item. Out of line, as measured (r22: code that one token skips
+// costs instruction fetch when inline).
+inline constexpr uint64_t kNoEarlyItem = ~uint64_t(0);
+inline constexpr int kEarlyPrimed = 1, kEarlyStray = 2;  // launch 1's check of the early stages
+template <int MT>
+__device__ __noinline__ uint64_t prime_first_item_early(uint8_t* smem, uint32_t ring_offset, const int32_t* route_ids,
+                                                    int top_k, int num_experts, const uint8_t* w13, int chunks,
+                                                    int inter) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int e = lane < top_k ? route_ids[lane] : -1;
+  const bool valid = e >= 0 && e < num_experts;
+  int rank = 0;  // the winners are distinct experts
+  for (int i = 0; i < top_k; ++i) {
+    const int other = route_ids[i];
+    rank += other >= 0 && other < num_experts && other < e ? 1 : 0;
+  }
+  const int row_blocks = gemm1_row_blocks(inter, MT);
+  const int q = static_cast<int>(blockIdx.x) / row_blocks, rb = static_cast<int>(blockIdx.x) - q * row_blocks;
+  const uint32_t holder = __ballot_sync(0xFFFFFFFFu, valid && rank == q);
+  if (holder == 0) return kNoEarlyItem;  // fewer valid winners than q + 1
+  const int expert = __shfl_sync(0xFFFFFFFFu, e, __ffs(static_cast<int>(holder)) - 1);
+  const size_t tile_stride = size_t(chunks) * kDecodeBlockBytes;
+  const size_t expert_stride = size_t(2 * inter / kDecodeTileRows) * tile_stride;
+  const uint64_t offset = size_t(expert) * expert_stride + size_t(MT) * rb * tile_stride;  // as ItemEntry's
+  // As the item cursor's weight_source(0) and issue() in launch 1.
+  const uint8_t* src = w13 + offset + size_t(warp) * kDecodeBlockBytes + lane * 16;
+  LaneRing ring(ring_offset, warp, kStages1, MT * kDecodeBlockBytes, lane);
+  for (int s = 0; s < kStages1 - 1; ++s) {
+    copy_lane_stage<MT>(smem, ring, src, tile_stride);
+    src += kGemm1Warps * kDecodeBlockBytes;
+    cp_async_commit();
+    ring.fill = ring.next(ring.fill);
+  }
+  return offset;
+}
+
 template <int kShape>
 __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_per_sm) fused_gemm1_kernel(Gemm1Params p) {
   constexpr int MT = kGemm1Shapes[kShape].row_tiles;
@@ -122,7 +165,13 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   const bool record_writer = blockIdx.x == gridDim.x - 1;
   const bool shared = p.share.on;
   const uint32_t tag = shared || kW4A4 ? __ldcg(p.share.epoch) + 1u : 0u;
-  float* score = reinterpret_cast<float*>(ring_bytes) + size_t(warp) * 2 * E;
+  // The early-prime twin at one token (W4A16; the plan launches it only where early_prime_fits, checked
+  // again here): every warp primes its ring right after warp 0's top-k (prime_first_item_early). Warp 0's
+  // routing scratch then lives in the item sums' buffer `red` (unused until the first item ends), so that
+  // no warp's ring slice holds scratch.
+  const bool early_prime =
+      kGemm1Shapes[kShape].early_prime && T == 1 && !shared && early_prime_fits(p.hidden_size, E, MT);
+  float* score = early_prime ? red : reinterpret_cast<float*>(ring_bytes) + size_t(warp) * 2 * E;
   const int first_token = shared ? (warp == 0 ? static_cast<int>(blockIdx.x) : T) : warp;
   const int token_stride = shared ? static_cast<int>(gridDim.x) : kGemm1Warps;
   for (int tok = first_token; tok < T; tok += token_stride) {
@@ -144,6 +193,15 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
       __threadfence();
       atomicExch(p.share.flags + tok, tag);
     }
+  }
+  if (early_prime) {
+    // Warp 0, at one token the only router, is the last to arrive: route_ids holds the winners. (Warp 0's
+    // bar.arrive on a named barrier, the others waiting there, made compute-sanitizer racecheck report the
+    // item sums' buffer, written and read across the later __syncthreads; r29.)
+    __syncthreads();
+    const uint64_t offset = prime_first_item_early<MT>(smem, static_cast<uint32_t>(L.ring), route_ids, K, E,
+                                                       p.w13, p.hidden_size / kDecodeChunkK, p.inter);
+    if (threadIdx.x == 0) *reinterpret_cast<uint64_t*>(misc + 2) = offset;  // read after the routing barrier
   }
   if (shared) {  // every token's flag, then the slots
     if (warp == 0)
@@ -196,6 +254,15 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
                          static_cast<int16_t>(first), static_cast<int16_t>(min(kTokenGroup, toff[j + 1] - first)),
                          static_cast<int16_t>(rb), static_cast<int16_t>(j)};
   }
+  // The early prime's stages count only where they hold this CTA's first item (the ranks agree with the
+  // sort, as they must for distinct winners); stray ones are waited for before the ordinary prime
+  // overwrites them. misc[2]: kEarlyPrimed, kEarlyStray or 0 (none issued).
+  if (early_prime && threadIdx.x == 0) {
+    const uint64_t early_offset = *reinterpret_cast<const uint64_t*>(misc + 2);
+    misc[2] = my_items > 0 && early_offset == items[0].w13_offset ? kEarlyPrimed
+              : early_offset != kNoEarlyItem                     ? kEarlyStray
+                                                                 : 0;
+  }
   __syncthreads();
 
   // 3. Items: (touched expert, 8-token group, 16*MT rows of W13), dealt round-robin over the CTAs
@@ -227,20 +294,21 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   int fetch_item = 0;
   int fetch_chunk = 0;
   const uint8_t* fetch_src = weight_source(fetch_item);
-  auto issue = [&]() {  // copies the weights of the next fetch step (if any) into the next ring stage
+  // The fetch cursor's step into the next ring stage; `copy` false: the stage is in flight already
+  // (prime_first_item_early), only the cursor moves.
+  auto fetch_step = [&](bool copy) {
     if (fetch_src) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        copy_lane_bytes(smem, ring.fill + mt * kDecodeBlockBytes, fetch_src + mt * tile_stride, ring.scale_delta);
+      if (copy) copy_lane_stage<MT>(smem, ring, fetch_src, tile_stride);
       fetch_src += kGemm1Warps * kDecodeBlockBytes;
       if (++fetch_chunk == per_warp) {
         fetch_chunk = 0;
         fetch_src = weight_source(++fetch_item);
       }
     }
-    cp_async_commit();
+    if (copy) cp_async_commit();
     ring.fill = ring.next(ring.fill);
   };
+  auto issue = [&]() { fetch_step(true); };  // copies the weights of the next fetch step (if any)
   int act_item = 0;
   int act_chunk = 0;
   const __nv_bfloat16* act_src = activation_source(act_item);
@@ -264,7 +332,9 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
     load_next_activations(b_even);
     load_next_activations(b_odd);
   }
-  for (int s = 0; s < kStages1 - 1; ++s) issue();
+  const int early_state = early_prime ? misc[2] : 0;
+  if (early_state == kEarlyStray) cp_async_wait<0>();
+  for (int s = 0; s < kStages1 - 1; ++s) fetch_step(early_state != kEarlyPrimed);
   if constexpr (kW4A4) wait_units_w4a4(p.w4a4.flags, TK, p.hidden_size, tag);  // the ring fills meanwhile
   if (!early_activations) {
     load_next_activations(b_even);
@@ -347,12 +417,13 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
 }
 
 using Gemm1Kernel = void (*)(Gemm1Params);
-static_assert(kGemm1ShapeCount == 3, "one case per launch-1 shape");
+static_assert(kGemm1ShapeCount == 4, "one case per launch-1 shape");
 Gemm1Kernel gemm1_kernel(int shape) {
   switch (shape) {
     case 0: return fused_gemm1_kernel<0>;
     case 1: return fused_gemm1_kernel<1>;
     case 2: return fused_gemm1_kernel<2>;
+    case 3: return fused_gemm1_kernel<3>;
   }
   FP4MOE_CHECK(false, "fused decode: unknown launch-1 shape ", shape);
   return nullptr;
@@ -606,6 +677,19 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   plan.gemm1_grid = size1.per_sm * multiprocessors;
   plan.gemm1_item_cap = size1.item_cap;
   plan.gemm1_smem = size1.smem;  // size_gemm1 left the kernel's shared-memory attribute at this size
+  // Chunks of one token routed by every CTA itself: the shape's early-prime twin where it applies (unless
+  // FP4MOE_FD_EARLY_PRIME=0; measurements, tests) and runs the same grid and table (it has its own
+  // registers: its occupancy is checked, not assumed).
+  const int early_knob = read_shape_knob("FP4MOE_FD_EARLY_PRIME", 2);
+  const int twin = early_prime_twin(plan.gemm1_shape);
+  plan.gemm1_one_token_shape = plan.gemm1_shape;
+  if (early_knob != 0 && twin >= 0 && plan.route_share_from > 1 &&
+      early_prime_fits(static_cast<int>(problem.hidden), static_cast<int>(problem.num_experts),
+                       kGemm1Shapes[twin].row_tiles)) {
+    const Gemm1Size twin_size = size_gemm1(problem, tk_cap, twin, multiprocessors, optin);
+    if (twin_size.per_sm == size1.per_sm && twin_size.item_cap == size1.item_cap && twin_size.smem == size1.smem)
+      plan.gemm1_one_token_shape = twin;
+  }
   return plan;
 }
 
@@ -630,6 +714,10 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
   FP4MOE_CHECK(plan.gemm1_shape >= 0 && plan.gemm1_shape < kGemm1ShapeCount &&
                    kGemm1Shapes[plan.gemm1_shape].w4a4 == w4a4,
                "fused decode: launch-1 shape ", plan.gemm1_shape, " is not one for this activation mode");
+  FP4MOE_CHECK(plan.gemm1_one_token_shape == plan.gemm1_shape ||
+                   plan.gemm1_one_token_shape == early_prime_twin(plan.gemm1_shape),
+               "fused decode: launch-1 shape ", plan.gemm1_one_token_shape, " for one token is not shape ",
+               plan.gemm1_shape, " or its early-prime twin");
   FP4MOE_CHECK(int64_t(plan.gemm1_item_cap) * plan.gemm1_grid >=
                    gemm1_max_items(tk_cap, I, kGemm1Shapes[plan.gemm1_shape].row_tiles),
                "fused decode: the plan's item table (", plan.gemm1_item_cap, " per CTA) does not cover its grid (",
@@ -660,7 +748,8 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p1.share = ws.share;
     p1.share.on = T >= plan.route_share_from;
     // SM90+: launch 1's CTAs are scheduled while the kernel before drains (programmatic dependent launch).
-    launch_maybe_programmatic(gemm1_kernel(plan.gemm1_shape), static_cast<unsigned>(plan.gemm1_grid),
+    const int shape1 = T == 1 && !p1.share.on ? plan.gemm1_one_token_shape : plan.gemm1_shape;
+    launch_maybe_programmatic(gemm1_kernel(shape1), static_cast<unsigned>(plan.gemm1_grid),
                               static_cast<unsigned>(kGemm1Warps * 32), plan.gemm1_smem, stream, p1);
     Gemm2Params p2{};
     p2.w2 = weights.w2;

@@ -36,6 +36,11 @@ struct FusedDecodeWeights {
 // Launch 1's shapes for W4A16 (16-row tiles of W13 per item and CTAs per SM; the table is in the .cu;
 // W4A4 has its own): plan_moe_fused_decode takes kFusedDecodeDefaultGemm1Shape where it fits the device at
 // its full CTAs per SM, else shape 0; FP4MOE_FD_GEMM1_SHAPE=0..count-1 chooses (measurements, tests).
+// Chunks of one token (routed by every CTA) take the shape's early-prime twin where it has one and
+// H >= 4096 in steps of 1024 (plan.gemm1_one_token_shape): its ring's first copies start right after the
+// top-k instead of after the slot sort and item table, 1.4 % faster at one token of Qwen3.5-397B and
+// Qwen3-235B on the H200 (docs/perf/2026-12-02-h200-r29.md). FP4MOE_FD_EARLY_PRIME=0 turns it off
+// (measurements, tests; 1 or unset: on; other values are errors).
 inline constexpr int kFusedDecodeW4A16Gemm1ShapeCount = 2;
 inline constexpr int kFusedDecodeDefaultGemm1Shape = 1;  // 32-row items, 2 CTAs per SM
 
@@ -76,6 +81,7 @@ struct FusedDecodePlan {
   size_t gemm1_smem = 0;
   int gemm1_item_cap = 0;  // launch 1's item table: the most items a CTA of its grid takes
   int gemm1_shape = kFusedDecodeDefaultGemm1Shape;  // launch 1's shape (index into the kernel's table)
+  int gemm1_one_token_shape = kFusedDecodeDefaultGemm1Shape;  // launch 1's shape for one-token chunks
   FusedDecodeLaunch2 gemm2_latency;  // launch 2 for chunks of 1..kFusedDecodeGemm2FewFrom - 1 tokens
   FusedDecodeLaunch2 gemm2_few;      // launch 2 for chunks of kFusedDecodeGemm2FewFrom..8 tokens
   FusedDecodeLaunch2 gemm2_many;     // launch 2 for larger chunks

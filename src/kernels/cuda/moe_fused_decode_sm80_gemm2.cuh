@@ -101,9 +101,7 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   int fetch_kc = 0, fetch_j = 0, fetch_left = 0;
   auto issue = [&]() {
     if (fetch_left > 0) {
-#pragma unroll
-      for (int mt = 0; mt < RT; ++mt)
-        copy_lane_bytes(smem, ring.fill + mt * kDecodeBlockBytes, fetch_src + mt * tile_stride, ring.scale_delta);
+      copy_lane_stage<RT>(smem, ring, fetch_src, tile_stride);
       fetch_src += kDecodeBlockBytes;
       if (--fetch_left > 0 && ++fetch_kc == chunks) {
         fetch_kc = 0;

@@ -31,16 +31,41 @@ struct Gemm1Shape {
   int row_tiles;
   bool w4a4;
   int ctas_per_sm;
+  // The one-token twin of the shape without it (plan.gemm1_one_token_shape): the ring's first stages issued
+  // right after the top-k (prime_first_item_early in the kernel file). A separate instance because the
+  // shared one cost the chunks that never prime early: 2.3 % slower at one token of Qwen3.5-35B (H = 2048,
+  // too few K steps per warp), while 1.4 % faster at Qwen3.5-397B and Qwen3-235B (docs/perf/2026-12-02-h200-r29.md).
+  // Not for 16-row items (80 registers: ptxas spilled 8 bytes in the item epilogue) nor W4A4 (not measured).
+  bool early_prime;
 };
-inline constexpr Gemm1Shape kGemm1Shapes[] = {{1, false, 3}, {2, false, 2}, {2, true, 2}};
-inline constexpr int kGemm1ShapeCount = 3;
+inline constexpr Gemm1Shape kGemm1Shapes[] = {{1, false, 3, false}, {2, false, 2, false}, {2, true, 2, false},
+                                              {2, false, 2, true}};
+inline constexpr int kGemm1ShapeCount = 4;
 inline constexpr int kGemm1ShapeW4A4 = 2;
 static_assert(sizeof(kGemm1Shapes) / sizeof(kGemm1Shapes[0]) == kGemm1ShapeCount, "count of the shapes");
 static_assert(kGemm1Shapes[kGemm1ShapeW4A4].w4a4 && kGemm1Shapes[kGemm1ShapeW4A4].row_tiles == 2, "W4A4 needs MT = 2");
-static_assert(kGemm1ShapeW4A4 == kFusedDecodeW4A16Gemm1ShapeCount, "the W4A16 shapes come first");
+static_assert(kGemm1ShapeW4A4 == kFusedDecodeW4A16Gemm1ShapeCount, "the knob's W4A16 shapes come first");
 static_assert(kFusedDecodeDefaultGemm1Shape >= 0 && kFusedDecodeDefaultGemm1Shape < kFusedDecodeW4A16Gemm1ShapeCount &&
                   kGemm1Shapes[0].row_tiles == 1,
               "a W4A16 default, and 16-row items to fall back to");
+// The early-prime twin of `shape` (the same row tiles, mode and CTAs per SM), or -1.
+constexpr int early_prime_twin(int shape) {
+  if (shape < 0 || shape >= kGemm1ShapeCount || kGemm1Shapes[shape].early_prime) return -1;
+  for (int twin = 0; twin < kGemm1ShapeCount; ++twin) {
+    const Gemm1Shape a = kGemm1Shapes[shape], b = kGemm1Shapes[twin];
+    if (b.early_prime && a.row_tiles == b.row_tiles && a.w4a4 == b.w4a4 && a.ctas_per_sm == b.ctas_per_sm) return twin;
+  }
+  return -1;
+}
+constexpr bool early_prime_twins_valid() {
+  for (int shape = 0; shape < kGemm1ShapeCount; ++shape) {
+    const Gemm1Shape s = kGemm1Shapes[shape];
+    if (s.early_prime && (s.w4a4 || s.row_tiles != 2 || shape < kFusedDecodeW4A16Gemm1ShapeCount)) return false;
+    if (!s.early_prime && early_prime_twin(shape) >= 0 && shape >= kFusedDecodeW4A16Gemm1ShapeCount) return false;
+  }
+  return early_prime_twin(kFusedDecodeDefaultGemm1Shape) >= 0;
+}
+static_assert(early_prime_twins_valid(), "early-prime twins: W4A16, 32-row, after the knob's shapes; the default has one");
 // cp.async ring stages per warp: 3 steps in flight per warp; 74 KB per CTA with 32-row items (147 KB per
 // SM at 2 CTAs), 37 KB with 16-row ones (111 KB at 3).
 constexpr int kStages1 = 4;
@@ -92,6 +117,17 @@ __host__ __device__ constexpr size_t ring1_bytes(int mt, int num_experts) {
              : size_t(kGemm1Warps) * 2 * num_experts * 4;
 }
 
+// Launch 1's item sums: [2 item parities][warps][32 lanes][4 * mt] fp32.
+__host__ __device__ constexpr size_t gemm1_red_bytes(int mt) { return size_t(2) * kGemm1Warps * 32 * 4 * mt * 4; }
+
+// Where the early prime (kGemm1Shapes' twins) applies to one token: each warp's item has more K steps than
+// the prime's kStages1 - 1 stages (the cursors then skip the ordinary prime without leaving the item), in
+// whole rounds over the warps, and warp 0's routing scratch (2 floats per expert) fits the item sums' buffer.
+__host__ __device__ constexpr bool early_prime_fits(int hidden, int num_experts, int mt) {
+  return hidden % (kDecodeChunkK * kGemm1Warps) == 0 && hidden / kDecodeChunkK / kGemm1Warps > kStages1 - 1 &&
+         size_t(2) * num_experts * 4 <= gemm1_red_bytes(mt);
+}
+
 // Launch 1's items per token group: row blocks of 16 MT rows of W13 (8 MT gate + 8 MT up rows).
 __host__ __device__ constexpr int gemm1_row_blocks(int inter, int mt) { return 2 * inter / (kDecodeTileRows * mt); }
 // The most items a chunk has (every slot its own token group): what the CTAs' item tables must hold together.
@@ -117,8 +153,8 @@ __host__ __device__ inline Gemm1Smem gemm1_smem(int num_experts, int tk_cap, int
   Gemm1Smem s{};
   s.lut = 0;
   s.ring = kLutBytes;
-  s.red = s.ring + ring1_bytes(mt, num_experts);  // [2 item parities][warps][32 lanes][4 * mt] fp32
-  s.route_ids = s.red + size_t(2) * kGemm1Warps * 32 * 4 * mt * 4;
+  s.red = s.ring + ring1_bytes(mt, num_experts);
+  s.route_ids = s.red + gemm1_red_bytes(mt);
   s.route_weights = s.route_ids + kGemm1Warps * 32 * 4;
   s.scan = s.route_weights + kGemm1Warps * 32 * 4;
   s.counts = s.scan + kGemm1Warps * 8;  // scan scratch: one uint64 per warp

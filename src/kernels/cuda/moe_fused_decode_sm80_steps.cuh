@@ -115,6 +115,16 @@ __device__ __forceinline__ void copy_lane_bytes(uint8_t* smem, uint32_t dst, con
   cp_async16(smem + dst + kDecodeHalfBytes, src + kDecodeHalfBytes);
   cp_async4(smem + dst + scale_delta, src + scale_delta);
 }
+// The lane's bytes of one ring stage (at ring.fill): `tiles` layout blocks, one after the other in the
+// stage and `tile_stride` bytes apart from `src` on in global memory (launches 1 and 2 hold 16-row tiles
+// of their weights, 1 or 2 per item).
+template <int tiles>
+__device__ __forceinline__ void copy_lane_stage(uint8_t* smem, const LaneRing& ring, const uint8_t* src,
+                                                size_t tile_stride) {
+#pragma unroll
+  for (int mt = 0; mt < tiles; ++mt)
+    copy_lane_bytes(smem, ring.fill + mt * kDecodeBlockBytes, src + mt * tile_stride, ring.scale_delta);
+}
 // The lane's two code quads and scale word of a block in shared memory (`at` and `scale_delta` as in
 // copy_lane_bytes).
 struct LaneBlock {

@@ -6,11 +6,14 @@
 // an H200 (at most 264 or 132 CTAs), so the persistent loop's later row blocks (their ring filled after
 // griddepcontrol.wait) run too. A shape whose unit split, accumulator
 // reduction or ring is wrong fails here even when the default shape passes the backend suite. The
-// second test compares launch 1's shared routing with its per-CTA routing.
+// routing tests compare launch 1's shared routing with its per-CTA routing, and at one token with its
+// early ring prime.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend_runner.h"
 #include "format/synthetic.h"
@@ -124,6 +127,45 @@ TEST(FusedDecodeShapes, Launch1ShapeKnobIsCheckedAndW4A4KeepsItsShape) {
   expect_plan_error(w4a4, device->multiprocessors, "W4A4 has one", "FP4MOE_FD_GEMM1_SHAPE with W4A4");
 }
 
+// Launch 1's shape for one-token chunks: the 32-row shape's early-prime twin where the prime fits (H = 4096:
+// 4 K steps per warp, more than the 3 stages it issues) and each CTA routes the token itself; the plan's
+// shape otherwise: H = 2048, shared routing at one token, W4A4, 16-row items, FP4MOE_FD_EARLY_PRIME=0.
+// Other values of that knob are errors naming it.
+TEST(FusedDecodeShapes, OneTokenTakesTheEarlyPrimeTwinWhereItFits) {
+  FP4MOE_REQUIRE_SM80(device);
+  const KnobReset reset1{"FP4MOE_FD_EARLY_PRIME"}, reset2{"FP4MOE_FD_GEMM1_SHAPE"}, reset3{"FP4MOE_FD_ROUTE_SHARE_FROM"};
+  for (const char* knob : {"FP4MOE_FD_EARLY_PRIME", "FP4MOE_FD_GEMM1_SHAPE", "FP4MOE_FD_ROUTE_SHARE_FROM"})
+    unsetenv(knob);
+  const int sms = device->multiprocessors;
+  const MoeProblem fits = make_moe_problem(4096, 1024, 512, 10, ActivationMode::kW4A16);  // Qwen3.5-397B's
+  const FusedDecodePlan plan = plan_moe_fused_decode(fits, sms);
+  if (plan.gemm1_shape != kFusedDecodeDefaultGemm1Shape)
+    GTEST_SKIP() << "the early prime has a 32-row twin only, and that shape does not fit this device";
+  EXPECT_NE(plan.gemm1_one_token_shape, plan.gemm1_shape);
+  EXPECT_GE(plan.gemm1_one_token_shape, kFusedDecodeW4A16Gemm1ShapeCount) << "a knob shape";
+  const auto one_token_shape = [&](const MoeProblem& problem) {
+    return plan_moe_fused_decode(problem, sms).gemm1_one_token_shape;
+  };
+  EXPECT_EQ(one_token_shape(make_moe_problem(2048, 1024, 512, 10, ActivationMode::kW4A16)), plan.gemm1_shape)
+      << "H = 2048: 2 K steps per warp";
+  const FusedDecodePlan w4a4 = plan_moe_fused_decode(test::with_mode(fits, ActivationMode::kW4A4), sms);
+  EXPECT_EQ(w4a4.gemm1_one_token_shape, w4a4.gemm1_shape) << "W4A4";
+  ASSERT_EQ(setenv("FP4MOE_FD_GEMM1_SHAPE", "0", 1), 0);
+  EXPECT_EQ(one_token_shape(fits), 0) << "16-row items";
+  unsetenv("FP4MOE_FD_GEMM1_SHAPE");
+  ASSERT_EQ(setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "1", 1), 0);
+  EXPECT_EQ(one_token_shape(fits), plan.gemm1_shape) << "shared routing at one token";
+  unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
+  ASSERT_EQ(setenv("FP4MOE_FD_EARLY_PRIME", "0", 1), 0);
+  EXPECT_EQ(one_token_shape(fits), plan.gemm1_shape) << "FP4MOE_FD_EARLY_PRIME=0";
+  ASSERT_EQ(setenv("FP4MOE_FD_EARLY_PRIME", "1", 1), 0);
+  EXPECT_EQ(one_token_shape(fits), plan.gemm1_one_token_shape) << "FP4MOE_FD_EARLY_PRIME=1";
+  for (const char* bad : {"2", "-1", "on", "01"}) {
+    ASSERT_EQ(setenv("FP4MOE_FD_EARLY_PRIME", bad, 1), 0);
+    expect_plan_error(fits, sms, "FP4MOE_FD_EARLY_PRIME must be 0..1", "FP4MOE_FD_EARLY_PRIME=" + std::string(bad));
+  }
+}
+
 // Launch 2's three configurations, by chunk size. Chunks of 1..3 and of more than 8 tokens take the 16-row
 // default (its two instances); chunks of 4..8 the 32-row shape where no SM gets more rows than with
 // 16-row CTAs (the plan takes the SM count as an argument, so the rule is
@@ -203,6 +245,11 @@ TEST(FusedDecodeRegisters, OneTokenLaunch2FitsBesideTheLastLaunch1Cta) {
   EXPECT_TRUE(w4a4_fit.fits()) << "W4A4: launch 1 at " << w4a4_fit.gemm1_registers << " registers, launch 2 at "
                                << w4a4_fit.gemm2_registers << ": " << w4a4_fit.needed << " of "
                                << w4a4_fit.sub_partition_registers;
+  const FusedDecodeRegisterFit one_token =
+      fused_decode_register_fit(plan.gemm1_one_token_shape, plan.gemm2_latency.shape, true);
+  EXPECT_TRUE(one_token.fits()) << "one-token launch 1 (shape " << plan.gemm1_one_token_shape << ") at "
+                                << one_token.gemm1_registers << " registers: " << one_token.needed << " of "
+                                << one_token.sub_partition_registers;
   const FusedDecodeRegisterFit wide = fused_decode_register_fit(plan.gemm1_shape, kFusedDecodeGemm2FewShape, true);
   EXPECT_FALSE(wide.fits()) << wide.needed << " of " << wide.sub_partition_registers;
   EXPECT_GT(wide.needed, fit.needed);
@@ -244,6 +291,52 @@ TEST(FusedDecodeRouting, SharedAndPerCtaRoutingGiveTheSameBits) {
     const std::vector<uint16_t> own = per_cta.run(hidden, logits, nullptr, T);
     EXPECT_TRUE(shared.run(hidden, logits, nullptr, T) == own) << label << ": shared and per-CTA routing differ";
     EXPECT_TRUE(shared.run_graph(T) == own) << label << ": shared routing's graph replays differ";
+  }
+}
+
+// Logits e * step for experts e = 0..E-1 (one token): the top-k finds its winners in id order.
+std::vector<float> ramp_logits(int64_t experts, float step) {
+  std::vector<float> logits(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) logits[static_cast<size_t>(e)] = step * static_cast<float>(e);
+  return logits;
+}
+
+// One token with H = 4096 (4 K steps per warp): launch 1's early-prime twin primes each warp's ring right
+// after the top-k, from the winners' ranks, before the slot sort (prime_first_item_early). The ordinary
+// shape (FP4MOE_FD_EARLY_PRIME=0) and shared routing (flag round trip, no early prime) give the same slots
+// and sums, so the bits must match both, for winners found in any order of their ids and for ties.
+// I = 1024 gives 384 items at top-6: more than an H200's 264 CTAs, so CTAs with a second item and (on
+// larger parts) CTAs without any run too.
+TEST(FusedDecodeRouting, OneTokenEarlyPrimeGivesTheOrdinaryBits) {
+  FP4MOE_REQUIRE_SM80(device);
+  const KnobReset reset1{"FP4MOE_FD_ROUTE_SHARE_FROM"}, reset2{"FP4MOE_FD_EARLY_PRIME"};
+  unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
+  unsetenv("FP4MOE_FD_EARLY_PRIME");
+  const MoeProblem problem = make_moe_problem(4096, 1024, 8, 6, ActivationMode::kW4A16);
+  const FusedDecodePlan plan = plan_moe_fused_decode(problem, device->multiprocessors);
+  if (plan.gemm1_one_token_shape == plan.gemm1_shape)
+    GTEST_SKIP() << "no early-prime twin of launch 1's shape " << plan.gemm1_shape << " runs on this device";
+  const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 27);
+  test::Runner early("cuda.sm80.fused_decode.v1", problem, weights, 1, *device);
+  ASSERT_EQ(setenv("FP4MOE_FD_EARLY_PRIME", "0", 1), 0);
+  test::Runner ordinary("cuda.sm80.fused_decode.v1", problem, weights, 1, *device);
+  unsetenv("FP4MOE_FD_EARLY_PRIME");
+  ASSERT_EQ(setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "1", 1), 0);
+  test::Runner shared("cuda.sm80.fused_decode.v1", problem, weights, 1, *device);
+  const int64_t E = problem.num_experts;
+  const std::vector<std::pair<std::string, std::vector<float>>> cases = {
+      {"random", test::random_logits(1, E, 91)},
+      {"winners in descending id order", ramp_logits(E, 1.0f)},
+      {"winners in ascending id order", ramp_logits(E, -1.0f)},
+      {"all tied", std::vector<float>(E, 0.5f)},
+  };
+  const std::vector<float> hidden = synthetic_activations(1, problem.hidden, 93);
+  for (const auto& [name, logits] : cases) {
+    test::check_case(early, problem, weights, hidden, logits, nullptr, 1, 1, "early prime, " + name);
+    const std::vector<uint16_t> expected = ordinary.run(hidden, logits, nullptr, 1);
+    EXPECT_TRUE(early.run(hidden, logits, nullptr, 1) == expected) << name << ": differs from the ordinary shape";
+    EXPECT_TRUE(early.run_graph(1) == expected) << name << ": graph replay differs from the ordinary shape";
+    EXPECT_TRUE(shared.run(hidden, logits, nullptr, 1) == expected) << name << ": differs from shared routing";
   }
 }
 
