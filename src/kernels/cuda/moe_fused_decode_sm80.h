@@ -38,7 +38,7 @@ struct FusedDecodeWeights {
 // its full CTAs per SM, else shape 0; FP4MOE_FD_GEMM1_SHAPE=0..count-1 chooses (measurements, tests).
 // Chunks of one token (routed by every CTA) take the shape's early-prime twin where it has one and
 // H >= 4096 in steps of 1024 (plan.gemm1_one_token_shape): its ring's first copies start right after the
-// top-k instead of after the slot sort and item table, 1.4 % faster at one token of Qwen3.5-397B and
+// top-k instead of after the slot sort and item table, 1.5-1.6 % faster at one token of Qwen3.5-397B and
 // Qwen3-235B on the H200 (docs/perf/2026-12-02-h200-r29.md). FP4MOE_FD_EARLY_PRIME=0 turns it off
 // (measurements, tests; 1 or unset: on; other values are errors).
 inline constexpr int kFusedDecodeW4A16Gemm1ShapeCount = 2;
