@@ -3,9 +3,9 @@
 // pre-activation scores (raw logits, or fp32(sigmoid) + bias for sigmoid_grouped_topk), ties to the
 // lower expert index, weights in double rounded once to fp32: the steps of routing_reference.cpp, so
 // the ids match the CPU reference exactly. Requires E <= 1024 (32 lane-strided experts per lane) and
-// K <= 32. Each lane keeps its experts' ordered score bits in registers; a top-k round is a tree max
-// over them (depth 5) and two warp reductions (redux.sync: the max bits, then the lowest expert index
-// holding them). Why: one warp routes a token, with nothing to hide latency behind; the earlier rounds
+// K <= 32. Each lane keeps its experts' ordered score bits in registers (4, 8, 16 or 32 of them, by E);
+// a top-k round is a tree max over them and two warp reductions (redux.sync: the max bits, then the
+// lowest expert index holding them). Why: one warp routes a token, with nothing to hide latency behind; the earlier rounds
 // (a 64-bit key rebuilt from shared memory per expert, five 64-bit shuffle steps) took ~11 us of the
 // ~14 us route kernel for one token of Qwen3.5-397B in Nsight Compute, ahead of every weight byte.
 #pragma once
@@ -153,57 +153,57 @@ inline __device__ __noinline__ float route_weight(int method, int top_k, int E, 
   return 0.0f;
 }
 
-// Routes one token with one warp (all 32 lanes call it). score/value: 2 * E floats of scratch owned by
-// the warp (shared memory; `score` is used by sigmoid_grouped_topk only). Writes ids_out[k] and weights_out[k] for k < K (global or shared memory).
-// weights_needed false (warp-uniform): the selection only; ids_out is written, weights_out is not (a caller
-// that needs the experts but not their weights skips the double-precision weights on its critical path).
-__device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t token, float* score, float* value,
-                                                 int32_t* ids_out, float* weights_out, bool weights_needed = true) {
-  const int lane = threadIdx.x % 32;
-  const int E = p.num_experts;
-  const float* row = p.logits + token * E;
-  const bool sigmoid = p.method == static_cast<int>(RoutingMethod::kSigmoidGroupedTopk);
+// The selection of one token, for lanes holding kLaneExperts experts each (lane + 32 j, j < kLaneExperts;
+// E <= 32 kLaneExperts): stages the logits in `value` (and sigmoid_grouped_topk's scores in `score`) and
+// runs the top-k rounds; returns lane k's selected expert for k < K (-1: none; -1 on the other lanes).
+// One instance per size, so that a round's tree max and exclusion masks cover only the experts there are
+// (E = 512: 16 per lane, half of kExpertsPerLane), and out of line, so that a kernel fetches the code of
+// the one it runs. By value: no kernel-parameter copies.
+template <int kLaneExperts>
+__device__ __noinline__ int select_top_k(const float* row, const float* bias, int E, int K, bool sigmoid, int n_group,
+                                         int topk_group, float* score, float* value, int lane) {
+  static_assert(kLaneExperts >= 1 && kLaneExperts <= kExpertsPerLane, "32 lane-strided experts at most");
   // The logits first, all loads in flight together (a load-use loop would wait one memory latency per
-  // few experts), staged in `value` (the weights below read other lanes' experts there).
-  float logits[kExpertsPerLane];
+  // few experts), staged in `value` (the weights read other lanes' experts there).
+  float logits[kLaneExperts];
 #pragma unroll
-  for (int j = 0; j < kExpertsPerLane; ++j) logits[j] = lane + 32 * j < E ? row[lane + 32 * j] : 0.0f;
+  for (int j = 0; j < kLaneExperts; ++j) logits[j] = lane + 32 * j < E ? row[lane + 32 * j] : 0.0f;
 #pragma unroll
-  for (int j = 0; j < kExpertsPerLane; ++j)
+  for (int j = 0; j < kLaneExperts; ++j)
     if (lane + 32 * j < E) value[lane + 32 * j] = logits[j];
   // This lane's experts' ordered bits, in registers (fully unrolled: static indices): bits[j] is
   // expert lane + 32 j, 0 past E. Softmax methods select on the logits themselves (no shared-memory
   // round trip); sigmoid_grouped_topk on fp32(sigmoid) + bias, also kept in `score` for the group sums.
-  uint32_t bits[kExpertsPerLane];
+  uint32_t bits[kLaneExperts];
   if (sigmoid) {
-    sigmoid_scores(p.bias, E, lane, score, value);
+    sigmoid_scores(bias, E, lane, score, value);
 #pragma unroll
-    for (int j = 0; j < kExpertsPerLane; ++j) bits[j] = lane + 32 * j < E ? ordered_score_bits(score[lane + 32 * j]) : 0u;
+    for (int j = 0; j < kLaneExperts; ++j) bits[j] = lane + 32 * j < E ? ordered_score_bits(score[lane + 32 * j]) : 0u;
   } else {
 #pragma unroll
-    for (int j = 0; j < kExpertsPerLane; ++j) bits[j] = lane + 32 * j < E ? ordered_score_bits(logits[j]) : 0u;
+    for (int j = 0; j < kLaneExperts; ++j) bits[j] = lane + 32 * j < E ? ordered_score_bits(logits[j]) : 0u;
   }
   __syncwarp();  // `value` (and `score`) complete before any lane reads another lane's experts
 
   // Bit j of `out`: expert lane + 32 j has left the selection (a group not kept, or already selected).
   // A mask rather than zeroing bits[j]: the compiler turns a store at the winner's j into a dynamically
   // indexed store and moves bits[] to local memory.
-  uint32_t out = sigmoid && p.n_group > 1 ? grouped_exclusions(score, E, p.n_group, p.topk_group, lane) : 0u;
+  uint32_t out = sigmoid && n_group > 1 ? grouped_exclusions(score, E, n_group, topk_group, lane) : 0u;
 
   // Top-k: K rounds. A lane's best is a tree max over its bits (lower j, the lower expert, wins ties);
   // the warp's is the max bits, then the lowest expert index among the lanes holding them.
   int my_id = -1;  // lane k < K keeps slot k
-  for (int k = 0; k < p.top_k; ++k) {
-    uint32_t best_bits[kExpertsPerLane];
-    int best_j[kExpertsPerLane];
+  for (int k = 0; k < K; ++k) {
+    uint32_t best_bits[kLaneExperts];
+    int best_j[kLaneExperts];
 #pragma unroll
-    for (int j = 0; j < kExpertsPerLane; ++j) best_bits[j] = (out >> j) & 1u ? 0u : bits[j], best_j[j] = j;
+    for (int j = 0; j < kLaneExperts; ++j) best_bits[j] = (out >> j) & 1u ? 0u : bits[j], best_j[j] = j;
     // Level `stride`: slot j (a multiple of 2 stride) takes the better of j and j + stride, so slot j
     // always stands for j's experts [j, j + 2 stride), and a strict compare keeps the lower j on ties.
 #pragma unroll
-    for (int stride = 1; stride < kExpertsPerLane; stride *= 2) {
+    for (int stride = 1; stride < kLaneExperts; stride *= 2) {
 #pragma unroll
-      for (int j = 0; j + stride < kExpertsPerLane; j += 2 * stride) {
+      for (int j = 0; j + stride < kLaneExperts; j += 2 * stride) {
         const bool upper = best_bits[j + stride] > best_bits[j];
         best_bits[j] = upper ? best_bits[j + stride] : best_bits[j];
         best_j[j] = upper ? best_j[j + stride] : best_j[j];
@@ -216,6 +216,31 @@ __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t t
     if (lane == k) my_id = best_index;
     if (best_index >= 0 && best_index % 32 == lane) out |= 1u << best_j[0];
   }
+  return my_id;
+}
+
+// select_top_k's instances, by E: the smallest that holds every expert.
+inline constexpr int kLaneExpertCounts[] = {4, 8, 16, kExpertsPerLane};
+static_assert(kLaneExpertCounts[3] * 32 == kMaxExperts, "the largest instance holds kMaxExperts");
+
+// Routes one token with one warp (all 32 lanes call it). score/value: 2 * E floats of scratch owned by
+// the warp (shared memory; `score` is used by sigmoid_grouped_topk only). Writes ids_out[k] and weights_out[k] for k < K (global or shared memory).
+// weights_needed false (warp-uniform): the selection only; ids_out is written, weights_out is not (a caller
+// that needs the experts but not their weights skips the double-precision weights on its critical path).
+__device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t token, float* score, float* value,
+                                                 int32_t* ids_out, float* weights_out, bool weights_needed = true) {
+  const int lane = threadIdx.x % 32;
+  const int E = p.num_experts;
+  const float* row = p.logits + token * E;
+  const bool sigmoid = p.method == static_cast<int>(RoutingMethod::kSigmoidGroupedTopk);
+  constexpr int k0 = kLaneExpertCounts[0], k1 = kLaneExpertCounts[1], k2 = kLaneExpertCounts[2],
+                k3 = kLaneExpertCounts[3];
+  const int K = p.top_k, groups = p.n_group, kept = p.topk_group;
+  int my_id;
+  if (E <= 32 * k0) my_id = select_top_k<k0>(row, p.bias, E, K, sigmoid, groups, kept, score, value, lane);
+  else if (E <= 32 * k1) my_id = select_top_k<k1>(row, p.bias, E, K, sigmoid, groups, kept, score, value, lane);
+  else if (E <= 32 * k2) my_id = select_top_k<k2>(row, p.bias, E, K, sigmoid, groups, kept, score, value, lane);
+  else my_id = select_top_k<k3>(row, p.bias, E, K, sigmoid, groups, kept, score, value, lane);
   if (!weights_needed) {
     if (lane < p.top_k) ids_out[lane] = my_id;
     return;

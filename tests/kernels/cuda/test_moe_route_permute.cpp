@@ -38,6 +38,12 @@ std::vector<RouteCase> route_cases() {
   cases.push_back({"sigmoid_grouped E256 K8 g8/4", c});
   c.renormalize = false, c.n_group = 1, c.topk_group = 1, c.num_experts = 64, c.top_k = 6;
   cases.push_back({"sigmoid no-renorm E64 K6", c});
+  // E just past select_top_k's 4- and 8-expert instances (lanes holding 5 or 9 experts, some 4 or 8).
+  c = RoutingConfig{};
+  c.method = RoutingMethod::kTopkSoftmax, c.num_experts = 129, c.top_k = 5;
+  cases.push_back({"topk_softmax E129 K5", c});
+  c.method = RoutingMethod::kSoftmaxTopkRenorm, c.num_experts = 300, c.top_k = 7;
+  cases.push_back({"softmax_topk_renorm E300 K7", c});
   // E near the limit and the largest K: at 8 tokens the fused route+align's most slots (256).
   c = RoutingConfig{};
   c.method = RoutingMethod::kSoftmaxTopkRenorm, c.num_experts = 1000, c.top_k = 32;
