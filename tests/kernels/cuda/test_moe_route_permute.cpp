@@ -38,7 +38,8 @@ std::vector<RouteCase> route_cases() {
   cases.push_back({"sigmoid_grouped E256 K8 g8/4", c});
   c.renormalize = false, c.n_group = 1, c.topk_group = 1, c.num_experts = 64, c.top_k = 6;
   cases.push_back({"sigmoid no-renorm E64 K6", c});
-  // E just past select_top_k's 4- and 8-expert instances (lanes holding 5 or 9 experts, some 4 or 8).
+  // E just past select_top_k's 4- and 8-expert instances: its 8 and 16 instances with lanes holding 4 or
+  // 5 and 9 or 10 experts (the bounds checks past E).
   c = RoutingConfig{};
   c.method = RoutingMethod::kTopkSoftmax, c.num_experts = 129, c.top_k = 5;
   cases.push_back({"topk_softmax E129 K5", c});
