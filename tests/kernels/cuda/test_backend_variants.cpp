@@ -168,20 +168,22 @@ TEST(BackendVariants, SelfRouteKnobIsZeroOrOne) {
   expect_zero_or_one_knob("FP4MOE_SM80_SELF_ROUTE", true, sm80_pipeline_self_route_enabled, "on");
 }
 
-// The fused decode's variants: per-CTA routing, shared routing (from the threshold on), several chunks.
+// The fused decode's variants: one token (its own launch-1 shape where the early prime fits), per-CTA
+// routing, shared routing (from the threshold on), several chunks.
 TEST(BackendVariants, FusedDecodeDeclaresSharedRoutingAndTheSecondLaunchChunk) {
   unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
   const auto backend = make_cuda_sm80_fused_decode_backend();
   const int64_t share = kFusedDecodeDefaultRouteShareFrom;
-  static_assert(kFusedDecodeDefaultRouteShareFrom > 1 && kFusedDecodeDefaultRouteShareFrom <= kFusedDecodeMaxTokens);
-  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1, share}));
+  static_assert(kFusedDecodeDefaultRouteShareFrom > 2 && kFusedDecodeDefaultRouteShareFrom <= kFusedDecodeMaxTokens);
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1, 2, share}));
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()),
-            (std::vector<int64_t>{1, share, kFusedDecodeMaxTokens + 1}));
-  setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "65", 1);  // never shared: one variant per chunk count
+            (std::vector<int64_t>{1, 2, share, kFusedDecodeMaxTokens + 1}));
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 1, h200_like()), (std::vector<int64_t>{1}));
+  setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "65", 1);  // never shared: one token, more, several chunks
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()),
-            (std::vector<int64_t>{1, kFusedDecodeMaxTokens + 1}));
+            (std::vector<int64_t>{1, 2, kFusedDecodeMaxTokens + 1}));
   setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "1", 1);  // always shared
-  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1}));
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1, 2}));
   unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
 }
 
