@@ -22,9 +22,10 @@ constexpr int kEarlyActivationChunks = 2;  // launch 1 (W4A16): see the ring pri
 // and each item's barrier and epilogue, over twice the weight bytes: the kernel is bound by instruction
 // issue, and at Qwen3.5-397B 32-row items were 3 % faster at one token and 6-9 % at 2-64 tokens than
 // 16-row ones (H200, docs/perf/2026-12-01-h200-r19.md). Their ring takes 74 KB per CTA, so 2 CTAs per SM
-// (16 warps; 110 registers, no spill; capped at 80 registers they measured within 2 %). At most 112: above,
-// launch 2 no longer starts beside an SM's last launch-1 CTA (fused_decode_register_fit; 1.5-1.7 us at one
-// token, docs/perf/2026-12-01-h200-r23.md). 16-row items (3 CTAs per SM at 80 registers) remain for
+// (16 warps; 112 registers on sm_90a, no spill; capped at 80 registers they measured within 2 %). At most
+// 120 beside launch 2's 88 (2 x 120 + 3 x 88 = 504 of a sub-partition's 512): above, launch 2 no longer
+// starts beside an SM's last launch-1 CTA (fused_decode_register_fit; 1.5-1.7 us at one token,
+// docs/perf/2026-12-01-h200-r23.md). 16-row items (3 CTAs per SM at 80 registers) remain for
 // devices where two 32-row CTAs do not fit an SM's shared memory. W4A4's h quantization needs the 16
 // columns of an NVFP4 block, i.e. 32 rows of W13, in one warp.
 struct Gemm1Shape {
