@@ -55,12 +55,19 @@ std::vector<RouteCase> route_cases() {
 TEST(CudaMoeRoute, MatchesRouteReference) {
   FP4MOE_REQUIRE_SM80(device);
   for (const RouteCase& rc : route_cases()) {
-    for (int64_t tokens : {1, 7, 257}) for (const bool coarse : {false, true}) {
+    for (int64_t tokens : {1, 7, 257}) for (const int rows : {0, 1, 2}) {
+      const bool coarse = rows == 1, one_lane = rows == 2;
+      const char* kind = coarse ? " coarse" : (one_lane ? " one lane" : " random");
       const RoutingConfig& c = rc.config;
       const int64_t E = c.num_experts, K = c.top_k;
       std::vector<float> logits = test::random_logits(tokens, E, 11 + tokens);
       // Exact ties: copy some logits within a row, so tie-breaking is exercised.
       for (int64_t t = 0; t < tokens; ++t) logits[t * E + E - 1] = logits[t * E + 1];
+      // One lane's experts (e = 5 mod 32, as the warp routing deals experts to lanes) above all others, some
+      // tied: that lane wins round after round, so its exclusions (and a per-lane candidate list) are used
+      // up round after round.
+      for (int64_t t = 0; one_lane && t < tokens; ++t)
+        for (int64_t e = 5; e < E; e += 32) logits[t * E + e] = 20.0f + 0.25f * static_cast<float>((e * 13 + t) % 8);
       // Coarse rows: a few experts at 0.5, the rest -0.0, +0.0 or -1; the slots past the 0.5 ones are
       // ties of -0.0 and +0.0, which compare equal (lower expert first) as in the reference.
       for (int64_t t = 0; coarse && t < tokens; ++t)
@@ -86,9 +93,9 @@ TEST(CudaMoeRoute, MatchesRouteReference) {
       for (int64_t i = 0; i < tokens * K && mismatches < 5; ++i) {
         if (ids[i] != ref_ids[i]) {
           ++mismatches;
-          ADD_FAILURE() << rc.name << " T=" << tokens << (coarse ? " coarse" : "") << " slot " << i << ": id " << ids[i] << " vs reference " << ref_ids[i];
+          ADD_FAILURE() << rc.name << " T=" << tokens << kind << " slot " << i << ": id " << ids[i] << " vs reference " << ref_ids[i];
         }
-        EXPECT_NEAR(w[i], ref_w[i], 2e-7 * std::fabs(ref_w[i]) + 1e-30) << rc.name << " T=" << tokens << (coarse ? " coarse" : "") << " slot " << i;
+        EXPECT_NEAR(w[i], ref_w[i], 2e-7 * std::fabs(ref_w[i]) + 1e-30) << rc.name << " T=" << tokens << kind << " slot " << i;
       }
     }
   }
