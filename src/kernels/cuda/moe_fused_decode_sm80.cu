@@ -112,8 +112,7 @@ __device__ __noinline__ uint64_t prime_first_item_early(uint8_t* smem, uint32_t 
   if (holder == 0) return kNoEarlyItem;  // fewer valid winners than q + 1
   const int expert = __shfl_sync(0xFFFFFFFFu, e, __ffs(static_cast<int>(holder)) - 1);
   const size_t tile_stride = size_t(chunks) * kDecodeBlockBytes;
-  const size_t expert_stride = size_t(2 * inter / kDecodeTileRows) * tile_stride;
-  const uint64_t offset = size_t(expert) * expert_stride + size_t(MT) * rb * tile_stride;  // as ItemEntry's
+  const uint64_t offset = gemm1_item_w13_offset(expert, rb, MT, chunks, inter);
   // As the item cursor's weight_source(0) and issue() in launch 1.
   const uint8_t* src = w13 + offset + size_t(warp) * kDecodeBlockBytes + lane * 16;
   LaneRing ring(ring_offset, warp, kStages1, MT * kDecodeBlockBytes, lane);
@@ -239,7 +238,6 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   const int row_blocks = gemm1_row_blocks(p.inter, MT);
   const int chunks = p.hidden_size / kDecodeChunkK;
   const size_t tile_stride = size_t(chunks) * kDecodeBlockBytes;
-  const size_t expert_stride = size_t(2 * p.inter / kDecodeTileRows) * tile_stride;
   const int n_items = n_groups * row_blocks;
   const int my_items = static_cast<int>(blockIdx.x) < n_items
                            ? (n_items - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1
@@ -250,7 +248,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
     const int q = index / row_blocks, rb = index - q * row_blocks;
     const int j = g2j[q];
     const int first = toff[j] + (q - gprefix[j]) * kTokenGroup;
-    items[i] = ItemEntry{size_t(touched[j]) * expert_stride + size_t(MT) * rb * tile_stride,
+    items[i] = ItemEntry{gemm1_item_w13_offset(touched[j], rb, MT, chunks, p.inter),
                          static_cast<int16_t>(first), static_cast<int16_t>(min(kTokenGroup, toff[j + 1] - first)),
                          static_cast<int16_t>(rb), static_cast<int16_t>(j)};
   }

@@ -143,6 +143,12 @@ struct ItemEntry {
   int16_t rb, j;        // its row block and touched-expert index
 };
 static_assert(sizeof(ItemEntry) == 16, "one 16-byte shared-memory load per entry");
+// An item's w13_offset: W13 is [E][2I/16 tiles][H/128 chunks] layout blocks, an item MT tiles of row block
+// rb. Launch 1's item table and its early prime (which finds the item before the table exists) both use it.
+__host__ __device__ constexpr uint64_t gemm1_item_w13_offset(int expert, int rb, int mt, int chunks, int inter) {
+  const size_t tile_stride = size_t(chunks) * kDecodeBlockBytes;
+  return size_t(expert) * (size_t(2 * inter / kDecodeTileRows) * tile_stride) + size_t(mt) * rb * tile_stride;
+}
 
 // Byte offsets of launch 1's shared memory for E experts and tk_cap = kFusedDecodeMaxTokens * K slots.
 struct Gemm1Smem {
