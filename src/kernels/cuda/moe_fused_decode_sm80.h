@@ -61,8 +61,10 @@ inline constexpr int kFusedDecodeGemm2FewFrom = 4;       // tokens from which a 
 // From this many tokens per chunk on, launch 1's CTAs share the routing (each token routed by one CTA)
 // instead of each routing every token. H200, 2026-12-01 (docs/perf/2026-12-01-h200-r17.md): at 2 tokens
 // the per-CTA routing was faster (Qwen3.5-397B 59.4 against 61.5 us), at 4 the shared one (106.2 against
-// 108.0, in a build whose per-CTA path was slower), at 8 and 64 the shared one by 3-9 %.
-inline constexpr int kFusedDecodeDefaultRouteShareFrom = 4;
+// 108.0, in a build whose per-CTA path was slower), at 8 and 64 the shared one by 3-9 %. Since the top-k
+// is sized by E (r29), per-CTA routing is 1.6-3.4 % faster at 4 tokens and 0-2.4 % at 5 on six presets (and
+// Qwen3.5-397B W4A4); from 6 on it depends on E (docs/perf/2026-12-02-h200-r30.md).
+inline constexpr int kFusedDecodeDefaultRouteShareFrom = 6;
 // The threshold in use: FP4MOE_FD_ROUTE_SHARE_FROM = 1..65 (65: never; measurements, tests), else the
 // default. Any other value of the knob is an error. Read by plan_moe_fused_decode and by the backend's
 // declared variants.
