@@ -56,6 +56,9 @@ class PreparedFusedDecode final : public PreparedMoe {
     w13_ = DeviceBuffer::from_host(w13.get(), w13_out * E);
     w2_ = DeviceBuffer::from_host(w2.get(), w2_out * E);
     scales_ = upload_tensor_scales(weights);
+    // The kernels' table-free block scales: only where every expert's scales of the matrix allow them.
+    w13_scales_all_normal_ = scales_all_positive_normal(weights.w13_scales, E, 2 * I * H / 16);
+    w2_scales_all_normal_ = scales_all_positive_normal(weights.w2_scales, E, H * I / 16);
     workspace_bytes_ = moe_fused_decode_workspace_bytes(problem);
   }
 
@@ -76,6 +79,8 @@ class PreparedFusedDecode final : public PreparedMoe {
     w.down_scale2 = scales_.down_scale2.as<float>();
     w.w13_input_scale = scales_.w13_input_scale.as<float>();
     w.w2_input_scale = scales_.w2_input_scale.as<float>();
+    w.w13_scales_all_normal = w13_scales_all_normal_;
+    w.w2_scales_all_normal = w2_scales_all_normal_;
     FusedDecodeRun r;
     r.hidden = args.hidden;
     r.router_logits = args.router_logits;
@@ -93,6 +98,7 @@ class PreparedFusedDecode final : public PreparedMoe {
   size_t workspace_bytes_ = 0;
   DeviceBuffer w13_, w2_;
   DeviceTensorScales scales_;
+  bool w13_scales_all_normal_ = false, w2_scales_all_normal_ = false;
 };
 
 class CudaSm80FusedDecodeBackend final : public MoeBackend {

@@ -53,13 +53,15 @@ DeviceExpertWeights upload_repacked_expert_weights(const MoeWeights& weights, Nv
   return d;
 }
 
+bool scales_all_positive_normal(const std::vector<uint8_t>& scales, int64_t num_experts, int64_t per_expert) {
+  const std::vector<uint8_t> flags = experts_with_positive_normal_scales(scales, num_experts, per_expert);
+  return std::all_of(flags.begin(), flags.end(), [](uint8_t f) { return f != 0; });
+}
+
 void add_positive_normal_scale_flags(DeviceExpertWeights& device, const MoeWeights& weights) {
   const int64_t E = weights.num_experts, H = weights.hidden, I = weights.inter;
-  const auto all = [](const std::vector<uint8_t>& flags) {
-    return std::all_of(flags.begin(), flags.end(), [](uint8_t f) { return f != 0; });
-  };
-  device.w13_scales_all_normal = all(experts_with_positive_normal_scales(weights.w13_scales, E, 2 * I * H / 16));
-  device.w2_scales_all_normal = all(experts_with_positive_normal_scales(weights.w2_scales, E, H * I / 16));
+  device.w13_scales_all_normal = scales_all_positive_normal(weights.w13_scales, E, 2 * I * H / 16);
+  device.w2_scales_all_normal = scales_all_positive_normal(weights.w2_scales, E, H * I / 16);
 }
 
 PipelineWorkspace::PipelineWorkspace(const MoeProblem& problem, int64_t max_tokens, int smallest_tile_m)

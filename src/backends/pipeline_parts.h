@@ -43,6 +43,9 @@ struct DeviceExpertWeights : DeviceTensorScales {
 };
 DeviceExpertWeights upload_repacked_expert_weights(const MoeWeights& weights, Nvfp4RepackFn repack);
 void add_positive_normal_scale_flags(DeviceExpertWeights& device, const MoeWeights& weights);
+// Whether every block scale of every expert (`per_expert` codes each) is a positive normal E4M3 code: the
+// condition of the CUDA kernels' table-free scales (the pipeline's decode tiles, the fused decode).
+bool scales_all_positive_normal(const std::vector<uint8_t>& scales, int64_t num_experts, int64_t per_expert);
 
 // Workspace: route buffers (for M tiles of at least tile_m rows) | expert outputs fp32 [T*K, H], whose
 // first half doubles as the gathered BF16 rows (dead once GEMM1 has run) | h BF16 [T*K, I]. Each piece

@@ -52,12 +52,13 @@ fi
 
 # 1c. Registers per thread of the fused decode's kernels (informational): launch 1 has a register budget
 #     beside launch 2 (FusedDecodeRegisters.* judges it; docs/perf/2026-12-01-h200-r23.md), shown here so
-#     that a change sees its count before any timing. gemm2<shape,1> is the one-tile instance.
+#     that a change sees its count before any timing. gemm1<shape,F>, gemm2<shape,O,F>: O = 1 the one-tile
+#     instance, F = 1 the table-free block scales.
 cuda_lib=$(find "$build/src/kernels" -name 'libfp4moe_kernels_cuda.a' | head -1)
 if [ -n "$cuda_lib" ] && command -v cuobjdump > /dev/null; then
   t=$(now)
   regs=$(cuobjdump -res-usage "$cuda_lib" 2>/dev/null | awk '
-    /Function .*fused_gemm[12]_kernelILi/ { match($0, /fused_gemm[12]_kernelILi[0-9]+E(Lb[01]E)?/); k = substr($0, RSTART + 6, RLENGTH - 6)
+    /Function .*fused_gemm[12]_kernelILi/ { match($0, /fused_gemm[12]_kernelILi[0-9]+E(Lb[01]E)*/); k = substr($0, RSTART + 6, RLENGTH - 6)
                                            gsub(/_kernelILi/, "<", k); gsub(/ELb/, ",", k); sub(/E$/, ">", k); next }
     k != "" && /REG:/ { match($0, /REG:[0-9]+/); printf "%s%s %s", sep, k, substr($0, RSTART + 4, RLENGTH - 4); sep = ", "; k = "" }')
   record "fused decode registers" ok $(( $(now) - t )) "${regs:-no fused decode kernels found}"

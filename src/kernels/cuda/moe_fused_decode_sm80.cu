@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 
 #include "common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -125,7 +126,8 @@ __device__ __noinline__ uint64_t prime_first_item_early(uint8_t* smem, uint32_t 
   return offset;
 }
 
-template <int kShape>
+// kTableFree: W13's block scales are all positive normal E4M3 codes (block_scale_bf16x2).
+template <int kShape, bool kTableFree>
 __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_per_sm) fused_gemm1_kernel(Gemm1Params p) {
   constexpr int MT = kGemm1Shapes[kShape].row_tiles;
   constexpr bool kW4A4 = kGemm1Shapes[kShape].w4a4;
@@ -148,7 +150,8 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   int* misc = reinterpret_cast<int*>(smem + L.misc);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int T = static_cast<int>(p.route.tokens), K = p.top_k, E = p.num_experts, TK = T * K;
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = scale_lut_entry(i);
+  if constexpr (!kTableFree)
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = scale_lut_entry(i);
   for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
   // SM90+: a programmatic launch too. The logits and hidden rows come from the kernels before, and the
   // launch 2 before still reads the workspace (record, h): wait for it, then let launch 2 be scheduled
@@ -346,7 +349,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const LaneBlock block = read_lane_block(smem, ring.read + mt * kDecodeBlockBytes, ring.scale_delta);
-      mma_chunk(acc[mt], block.row0, block.row1, block.scales, lut, b);
+      mma_chunk<kTableFree>(acc[mt], block.row0, block.row1, block.scales, lut, b);
     }
     ring.read = ring.next(ring.read);
     load_next_activations(b);  // this buffer now fetches the step two ahead
@@ -416,12 +419,13 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
 
 using Gemm1Kernel = void (*)(Gemm1Params);
 static_assert(kGemm1ShapeCount == 4, "one case per launch-1 shape");
-Gemm1Kernel gemm1_kernel(int shape) {
+// A launch-1 shape's instance with the scale table or table-free (block_scale_bf16x2).
+Gemm1Kernel gemm1_kernel(int shape, bool table_free) {
   switch (shape) {
-    case 0: return fused_gemm1_kernel<0>;
-    case 1: return fused_gemm1_kernel<1>;
-    case 2: return fused_gemm1_kernel<2>;
-    case 3: return fused_gemm1_kernel<3>;
+    case 0: return table_free ? fused_gemm1_kernel<0, true> : fused_gemm1_kernel<0, false>;
+    case 1: return table_free ? fused_gemm1_kernel<1, true> : fused_gemm1_kernel<1, false>;
+    case 2: return table_free ? fused_gemm1_kernel<2, true> : fused_gemm1_kernel<2, false>;
+    case 3: return table_free ? fused_gemm1_kernel<3, true> : fused_gemm1_kernel<3, false>;
   }
   FP4MOE_CHECK(false, "fused decode: unknown launch-1 shape ", shape);
   return nullptr;
@@ -430,20 +434,24 @@ Gemm1Kernel gemm1_kernel(int shape) {
 using Gemm2Kernel = void (*)(Gemm2Params);
 // A launch-2 shape's instance for chunks of at most kTokenGroup tokens (one_tile) or for larger ones; a
 // 32-row shape has only the first (null for the other).
-template <int kShape>
+template <int kShape, bool kTableFree>
 Gemm2Kernel gemm2_instance(bool one_tile) {
   if constexpr (kGemm2Shapes[kShape].row_tiles == 1)
-    return one_tile ? fused_gemm2_kernel<kShape, true> : fused_gemm2_kernel<kShape, false>;
+    return one_tile ? fused_gemm2_kernel<kShape, true, kTableFree> : fused_gemm2_kernel<kShape, false, kTableFree>;
   else
-    return one_tile ? fused_gemm2_kernel<kShape, true> : nullptr;
+    return one_tile ? fused_gemm2_kernel<kShape, true, kTableFree> : nullptr;
+}
+template <int kShape>
+Gemm2Kernel gemm2_instance(bool one_tile, bool table_free) {
+  return table_free ? gemm2_instance<kShape, true>(one_tile) : gemm2_instance<kShape, false>(one_tile);
 }
 static_assert(kGemm2ShapeCount == 3, "one case per launch-2 shape");
-Gemm2Kernel gemm2_kernel(int shape, bool one_tile) {
+Gemm2Kernel gemm2_kernel(int shape, bool one_tile, bool table_free) {
   Gemm2Kernel kernel = nullptr;
   switch (shape) {
-    case 0: kernel = gemm2_instance<0>(one_tile); break;
-    case 1: kernel = gemm2_instance<1>(one_tile); break;
-    case 2: kernel = gemm2_instance<2>(one_tile); break;
+    case 0: kernel = gemm2_instance<0>(one_tile, table_free); break;
+    case 1: kernel = gemm2_instance<1>(one_tile, table_free); break;
+    case 2: kernel = gemm2_instance<2>(one_tile, table_free); break;
     default: FP4MOE_CHECK(false, "fused decode: unknown launch-2 shape ", shape);
   }
   FP4MOE_CHECK(kernel != nullptr, "fused decode: launch-2 shape ", shape,
@@ -518,14 +526,16 @@ void check_problem(const MoeProblem& problem) {
 // (at most tk_cap token groups x row blocks, over the grid), and the table's size can lower the CTAs per
 // SM. From the shape's CTAs per SM down, the first count whose table fits its occupancy (the kernel's
 // shared-memory attribute is then set to that size); per_sm 0 when the shared memory exceeds the
-// device's (smem is then the size last tried, for the error message).
+// device's (smem is then the size last tried, for the error message). Both instances of the shape (with
+// the scale table and table-free) get the attribute, and the occupancy is the lower of theirs: which one
+// runs depends on the weights (FusedDecodeWeights).
 struct Gemm1Size {
   int per_sm = 0, item_cap = 0;
   size_t smem = 0;
 };
 Gemm1Size size_gemm1(const MoeProblem& problem, int tk_cap, int shape, int multiprocessors, int optin) {
   const Gemm1Shape shape1 = kGemm1Shapes[shape];
-  const auto gemm1 = gemm1_kernel(shape);
+  const Gemm1Kernel instances[2] = {gemm1_kernel(shape, false), gemm1_kernel(shape, true)};
   const int64_t max_items = gemm1_max_items(tk_cap, static_cast<int>(problem.inter), shape1.row_tiles);
   Gemm1Size size;
   for (int per_sm = shape1.ctas_per_sm; per_sm >= 1;) {
@@ -533,10 +543,15 @@ Gemm1Size size_gemm1(const MoeProblem& problem, int tk_cap, int shape, int multi
     size.item_cap = static_cast<int>((max_items + grid - 1) / grid);
     size.smem = gemm1_smem(static_cast<int>(problem.num_experts), tk_cap, shape1.row_tiles, size.item_cap).total;
     if (size.smem > size_t(optin)) break;  // fewer CTAs only make the table larger
-    FP4MOE_CUDA_CHECK(
-        cudaFuncSetAttribute(gemm1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(size.smem)));
-    int occupancy = 0;
-    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy, gemm1, kGemm1Warps * 32, size.smem));
+    int occupancy = per_sm;
+    for (const Gemm1Kernel gemm1 : instances) {
+      FP4MOE_CUDA_CHECK(
+          cudaFuncSetAttribute(gemm1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(size.smem)));
+      int instance_occupancy = 0;
+      FP4MOE_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&instance_occupancy, gemm1, kGemm1Warps * 32, size.smem));
+      occupancy = std::min(occupancy, instance_occupancy);
+    }
     if (occupancy >= per_sm) {
       size.per_sm = per_sm;
       break;
@@ -552,13 +567,21 @@ Gemm1Size size_gemm1(const MoeProblem& problem, int tk_cap, int shape, int multi
 // the shape cannot be resident at all.
 FusedDecodeLaunch2 size_gemm2(const MoeProblem& problem, int tk_cap, int shape, bool one_tile, int multiprocessors,
                               int optin, bool full) {
-  const auto gemm2 = gemm2_kernel(shape, one_tile);  // checks the shape and the instance
+  // Checks the shape and the instance; both scale forms get the attribute, the occupancy is the lower.
+  const Gemm2Kernel instances[2] = {gemm2_kernel(shape, one_tile, false), gemm2_kernel(shape, one_tile, true)};
   const Gemm2Shape shape2 = kGemm2Shapes[shape];
   const size_t smem = gemm2_smem(tk_cap, shape2, one_tile).total;
   int occupancy = 0;
   if (smem <= size_t(optin)) {
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy, gemm2, shape2.warps * 32, smem));
+    occupancy = std::numeric_limits<int>::max();
+    for (const Gemm2Kernel gemm2 : instances) {
+      FP4MOE_CUDA_CHECK(
+          cudaFuncSetAttribute(gemm2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      int instance_occupancy = 0;
+      FP4MOE_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&instance_occupancy, gemm2, shape2.warps * 32, smem));
+      occupancy = std::min(occupancy, instance_occupancy);
+    }
   }
   if (occupancy < (full ? shape2.ctas_per_sm : 1)) {
     FP4MOE_CHECK(full, "fused decode: launch 2 (shape ", shape, ", ", smem,
@@ -591,11 +614,12 @@ int fused_decode_route_share_from() {
   return static_cast<int>(from);
 }
 
-FusedDecodeRegisterFit fused_decode_register_fit(int gemm1_shape, int gemm2_shape, bool one_tile) {
+FusedDecodeRegisterFit fused_decode_register_fit(int gemm1_shape, bool gemm1_table_free, int gemm2_shape, bool one_tile,
+                                                 bool gemm2_table_free) {
   // gemm1_kernel and gemm2_kernel refuse unknown shapes (and a missing instance) before kGemm2Shapes is read.
   cudaFuncAttributes gemm1{}, gemm2{};
-  FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&gemm1, gemm1_kernel(gemm1_shape)));
-  FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&gemm2, gemm2_kernel(gemm2_shape, one_tile)));
+  FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&gemm1, gemm1_kernel(gemm1_shape, gemm1_table_free)));
+  FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&gemm2, gemm2_kernel(gemm2_shape, one_tile, gemm2_table_free)));
   int device = 0, per_sm = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device));
@@ -627,6 +651,7 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   plan.route_share_from = fused_decode_route_share_from();
+  plan.table_scales_forced = read_shape_knob("FP4MOE_FD_TABLE_SCALES", 2) == 1;
   // Launch 2's CTA shapes (kGemm2Shapes) for chunks of 1..3, 4..8 and more tokens (the header says why;
   // the first and the last take the same shape, in its two instances):
   // FP4MOE_FD_GEMM2_SHAPE (measurements, tests; a 32-row shape for chunks of up to 8 tokens only), else the
@@ -688,6 +713,8 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
     if (twin_size.per_sm == size1.per_sm && twin_size.item_cap == size1.item_cap && twin_size.smem == size1.smem)
       plan.gemm1_one_token_shape = twin;
   }
+  plan.gemm2_latency_table_free =
+      fused_decode_register_fit(plan.gemm1_one_token_shape, true, plan.gemm2_latency.shape, true, true).fits();
   return plan;
 }
 
@@ -722,8 +749,12 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
                plan.gemm1_grid, " CTAs)");
   // Launch 2's shapes and instances (gemm2_kernel checks them): chunks of up to 8 tokens take the one-tile one.
   for (const FusedDecodeLaunch2* launch2 : {&plan.gemm2_latency, &plan.gemm2_few})
-    (void)gemm2_kernel(launch2->shape, true);
-  (void)gemm2_kernel(plan.gemm2_many.shape, false);
+    (void)gemm2_kernel(launch2->shape, true, false);
+  (void)gemm2_kernel(plan.gemm2_many.shape, false, false);
+  // Table-free block scales where every scale of the matrix allows them (checked at prepare) and the plan
+  // does not force the table.
+  const bool w13_table_free = weights.w13_scales_all_normal && !plan.table_scales_forced;
+  const bool w2_table_free = weights.w2_scales_all_normal && !plan.table_scales_forced;
   const auto* hidden = static_cast<const __nv_bfloat16*>(run.hidden);
   auto* out = static_cast<__nv_bfloat16*>(run.out);
   for (int64_t t0 = 0; t0 < run.tokens; t0 += kFusedDecodeMaxTokens) {
@@ -747,7 +778,7 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p1.share.on = T >= plan.route_share_from;
     // SM90+: launch 1's CTAs are scheduled while the kernel before drains (programmatic dependent launch).
     const int shape1 = T == 1 && !p1.share.on ? plan.gemm1_one_token_shape : plan.gemm1_shape;
-    launch_maybe_programmatic(gemm1_kernel(shape1), static_cast<unsigned>(plan.gemm1_grid),
+    launch_maybe_programmatic(gemm1_kernel(shape1, w13_table_free), static_cast<unsigned>(plan.gemm1_grid),
                               static_cast<unsigned>(kGemm1Warps * 32), plan.gemm1_smem, stream, p1);
     Gemm2Params p2{};
     p2.w2 = weights.w2;
@@ -759,7 +790,9 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     // SM90+: launch 2 overlaps launch 1's tail (programmatic dependent launch). Up to 8 tokens, every
     // expert's tokens are one tile.
     const FusedDecodeLaunch2& launch2 = launch2_for(plan, T);
-    launch_maybe_programmatic(gemm2_kernel(launch2.shape, T <= kTokenGroup), static_cast<unsigned>(launch2.grid),
+    const bool launch2_table_free = w2_table_free && (&launch2 != &plan.gemm2_latency || plan.gemm2_latency_table_free);
+    launch_maybe_programmatic(gemm2_kernel(launch2.shape, T <= kTokenGroup, launch2_table_free),
+                              static_cast<unsigned>(launch2.grid),
                               static_cast<unsigned>(kGemm2Shapes[launch2.shape].warps * 32),  // shape checked above
                               launch2.smem, stream, p2);
   }

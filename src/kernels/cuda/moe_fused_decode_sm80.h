@@ -31,6 +31,10 @@ struct FusedDecodeWeights {
   const float* down_scale2 = nullptr;  // [E]
   const float* w13_input_scale = nullptr;  // [E], W4A4 only
   const float* w2_input_scale = nullptr;   // [E], W4A4 only
+  // Every block scale of the matrix (all experts) is a positive normal E4M3 code (e4m3_scale_bits.h;
+  // experts_with_positive_normal_scales at prepare): its kernel builds the scales without the table.
+  bool w13_scales_all_normal = false;
+  bool w2_scales_all_normal = false;
 };
 
 // Launch 1's shapes for W4A16 (16-row tiles of W13 per item and CTAs per SM; the table is in the .cu;
@@ -88,6 +92,14 @@ struct FusedDecodePlan {
   FusedDecodeLaunch2 gemm2_few;      // launch 2 for chunks of kFusedDecodeGemm2FewFrom..8 tokens
   FusedDecodeLaunch2 gemm2_many;     // launch 2 for larger chunks
   int route_share_from = kFusedDecodeDefaultRouteShareFrom;  // tokens from which launch 1's CTAs share routing
+  // FP4MOE_FD_TABLE_SCALES=1 (measurements, tests; 0 or unset: not forced, other values are errors): the
+  // kernels load every block scale from the table even where all of a matrix's scales allow the table-free
+  // form, which gives the same bits.
+  bool table_scales_forced = false;
+  // Chunks of 1..kFusedDecodeGemm2FewFrom - 1 tokens take launch 2's table-free instance only where it
+  // keeps the one-token register fit beside launch 1's table-free one-token shape (fused_decode_register_fit):
+  // on sm_90a it takes 89 registers against the table's 85, and 2 x 120 + 3 x 96 exceed a sub-partition.
+  bool gemm2_latency_table_free = false;
 };
 
 // Launch 2's CTAs start (programmatic launch) beside an SM's last launch-1 CTA only where the warps of both
@@ -96,8 +108,8 @@ struct FusedDecodePlan {
 // needed 2 x 120 + 3 x 96 and 2 x 128 + 3 x 88 registers per lane of a sub-partition (more than its 512)
 // were 1.5-1.7 us slower at one token of Qwen3.5-397B in graph replays than the same code with launch 1
 // capped at 112 registers (512 and 488); Nsight Compute, which runs the launches apart, saw no such gap.
-// This reports the fit of a launch-1 shape and a launch-2 instance as compiled for the current device.
-// Throws Error for unknown shapes or a 32-row shape's missing instance.
+// This reports the fit of a launch-1 shape and a launch-2 instance, each with the scale table or table-free,
+// as compiled for the current device. Throws Error for unknown shapes or a 32-row shape's missing instance.
 struct FusedDecodeRegisterFit {
   int gemm1_registers = 0;          // per thread, as compiled
   int gemm2_registers = 0;          // per thread, as compiled
@@ -105,7 +117,8 @@ struct FusedDecodeRegisterFit {
   int needed = 0;  // one CTA of each: their warps' registers (allocated in units of 8 per thread) on the fullest
   bool fits() const { return needed <= sub_partition_registers; }
 };
-FusedDecodeRegisterFit fused_decode_register_fit(int gemm1_shape, int gemm2_shape, bool one_tile);
+FusedDecodeRegisterFit fused_decode_register_fit(int gemm1_shape, bool gemm1_table_free, int gemm2_shape, bool one_tile,
+                                                 bool gemm2_table_free);
 
 // Sets the kernels' shared-memory attributes on the current device and sizes the persistent grids.
 // Throws Error when the problem does not fit (E > 1024, K > 32, H or I not multiples of 128).

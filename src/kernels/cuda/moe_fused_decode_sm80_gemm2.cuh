@@ -30,7 +30,8 @@ using sm80::scale_lut_entry;
 // one 8-token tile: the step has no tile loop and folds once per expert and range (fewer instructions
 // and branches per unit; at one token of Qwen3.5-397B launch 2 issues ~6 M warp instructions), and the
 // accumulators hold 8 tokens. RT 16-row tiles of H per CTA (row block), RT = 2 in the one-tile instance only.
-template <int kShape, bool kOneTile>
+// kTableFree: W2's block scales are all positive normal E4M3 codes (block_scale_bf16x2).
+template <int kShape, bool kOneTile, bool kTableFree>
 __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[kShape].ctas_per_sm)
     fused_gemm2_kernel(Gemm2Params p) {
   constexpr int kGemm2Warps = kGemm2Shapes[kShape].warps, kStages2 = kGemm2Shapes[kShape].stages;
@@ -51,7 +52,8 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int T = p.tokens, K = p.top_k;
 
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = scale_lut_entry(i);
+  if constexpr (!kTableFree)
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = scale_lut_entry(i);
   // The routing record is complete once launch 1's writer released it (long before launch 1 ends):
   // read it, and fill the first W2 ring stages, before waiting for launch 1's h.
   if (threadIdx.x == 0)
@@ -173,7 +175,7 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
 #pragma unroll
         for (int mt = 0; mt < RT; ++mt) {
           const LaneBlock block = read_lane_block(smem, stage + mt * kDecodeBlockBytes, ring.scale_delta);
-          mma_chunk(dot[mt], block.row0, block.row1, block.scales, lut, b_tile0);
+          mma_chunk<kTableFree>(dot[mt], block.row0, block.row1, block.scales, lut, b_tile0);
         }
       } else {
         const LaneBlock block = read_lane_block(smem, stage, ring.scale_delta);  // RT = 1
@@ -185,7 +187,7 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
             load_activations(
                 p.h + size_t(sorted[c < ntok ? first + c : first]) * p.inter + cur_kc * kDecodeChunkK + 32 * t, b_tile0);
           }
-          mma_chunk(dot[0], block.row0, block.row1, block.scales, lut, b_tile0);
+          mma_chunk<kTableFree>(dot[0], block.row0, block.row1, block.scales, lut, b_tile0);
           if (ntok > 8) {
             fold(dot, nt);
             clear_dot();

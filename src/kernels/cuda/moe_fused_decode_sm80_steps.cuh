@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/programmatic_launch.cuh"
+#include "kernels/cuda/e4m3_scale_bits.h"
 #include "kernels/cuda/nvfp4_decode_layout.h"
 
 namespace fp4moe::fused_decode {
@@ -55,12 +56,27 @@ __device__ __forceinline__ uint32_t load_relaxed_gpu(const uint32_t* address) {
   return value;
 }
 
+// The block scale of E4M3 code `byte` (0..3) of `codes` as the bf16x2 multiplier of the decoded codes:
+// kTableFree (every scale of the matrix a positive normal code, checked at prepare) builds it as the
+// sm80 pipeline's table-free instances do (e4m3_scale_bits.h: the code in both halves' low bytes, then
+// (code << 4) + bias: a byte permute and a multiply-add), else it loads it from the kernel's table (a
+// shift, a mask and a shared-memory load). Both give the same bits for such codes.
+template <bool kTableFree, int kByte>
+__device__ __forceinline__ uint32_t block_scale_bf16x2(uint32_t codes, const uint32_t* lut) {
+  static_assert(kByte >= 0 && kByte < 4, "four codes per word");
+  if constexpr (kTableFree)
+    return __byte_perm(codes, 0u, 0x4040u + 0x0101u * kByte) * 16u + kNormalScaleBf16Bias * 0x10001u;
+  else
+    return lut[(codes >> (8 * kByte)) & 0xFFu];
+}
+
 // The 8 k steps of one chunk for one 16-row tile and one 8-token tile: decode and scale the A
-// fragments (rows g, g + 8), mma with the activations b.
+// fragments (rows g, g + 8), mma with the activations b. kTableFree: see block_scale_bf16x2 (`lut` unused).
+template <bool kTableFree>
 __device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& row0, const uint4& row1, uint32_t codes,
                                           const uint32_t* lut, const uint32_t (&b)[16]) {
-  const uint32_t s00 = lut[codes & 0xFFu], s01 = lut[(codes >> 8) & 0xFFu];
-  const uint32_t s10 = lut[(codes >> 16) & 0xFFu], s11 = lut[codes >> 24];
+  const uint32_t s00 = block_scale_bf16x2<kTableFree, 0>(codes, lut), s01 = block_scale_bf16x2<kTableFree, 1>(codes, lut);
+  const uint32_t s10 = block_scale_bf16x2<kTableFree, 2>(codes, lut), s11 = block_scale_bf16x2<kTableFree, 3>(codes, lut);
   const uint32_t w0[4] = {row0.x, row0.y, row0.z, row0.w}, w1[4] = {row1.x, row1.y, row1.z, row1.w};
 #pragma unroll
   for (int j = 0; j < 4; ++j) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend_runner.h"
+#include "backends/pipeline_parts.h"
 #include "format/synthetic.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda/moe_fused_decode_sm80.h"
@@ -218,8 +219,10 @@ TEST(FusedDecodeShapes, Launch2ShapesFollowTheChunkSizeAndTheRowBalance) {
 // Launch 2's early start beside an SM's last launch-1 CTA needs one CTA of each in an SM sub-partition's
 // register file (fused_decode_register_fit; docs/perf/2026-12-01-h200-r23.md: 1.5-1.7 us at one token of
 // Qwen3.5-397B when it did not). The pair that one token runs (the plan's launch-1 shape and its latency
-// launch 2, one-tile instance) must fit, for W4A16 and (since r24, docs/perf/2026-12-01-h200-r24.md) W4A4;
-// the 20-warp 32-row launch 2 cannot (5 warps on a sub-partition).
+// launch 2, one-tile instance) must fit, for W4A16 and (since r24, docs/perf/2026-12-01-h200-r24.md) W4A4,
+// with the scale table and table-free (the weights choose; the latency instance of launch 2 is table-free
+// only where that fits: plan.gemm2_latency_table_free); the 20-warp 32-row launch 2 cannot (5 warps on a
+// sub-partition).
 // Unknown shapes and a 32-row shape's many-token instance are errors naming them.
 TEST(FusedDecodeRegisters, OneTokenLaunch2FitsBesideTheLastLaunch1Cta) {
   FP4MOE_REQUIRE_SM80(device);
@@ -230,32 +233,41 @@ TEST(FusedDecodeRegisters, OneTokenLaunch2FitsBesideTheLastLaunch1Cta) {
   const FusedDecodePlan plan = plan_moe_fused_decode(problem, device->multiprocessors);
   int per_sm = 0;
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device->ordinal));
-  const FusedDecodeRegisterFit fit = fused_decode_register_fit(plan.gemm1_shape, plan.gemm2_latency.shape, true);
-  EXPECT_EQ(fit.sub_partition_registers, per_sm / 4);
-  EXPECT_GT(fit.gemm1_registers, 0);
-  EXPECT_GT(fit.gemm2_registers, 0);
-  EXPECT_TRUE(fit.fits()) << "launch 1 (shape " << plan.gemm1_shape << ") at " << fit.gemm1_registers
-                          << " registers and launch 2 (shape " << plan.gemm2_latency.shape << ") at "
-                          << fit.gemm2_registers << " take " << fit.needed << " of a sub-partition's "
-                          << fit.sub_partition_registers << " registers";
-  const MoeProblem w4a4 = make_moe_problem(4096, 1024, 512, 10, ActivationMode::kW4A4);
-  const FusedDecodePlan w4a4_plan = plan_moe_fused_decode(w4a4, device->multiprocessors);
-  const FusedDecodeRegisterFit w4a4_fit =
-      fused_decode_register_fit(w4a4_plan.gemm1_shape, w4a4_plan.gemm2_latency.shape, true);
-  EXPECT_TRUE(w4a4_fit.fits()) << "W4A4: launch 1 at " << w4a4_fit.gemm1_registers << " registers, launch 2 at "
-                               << w4a4_fit.gemm2_registers << ": " << w4a4_fit.needed << " of "
-                               << w4a4_fit.sub_partition_registers;
-  const FusedDecodeRegisterFit one_token =
-      fused_decode_register_fit(plan.gemm1_one_token_shape, plan.gemm2_latency.shape, true);
-  EXPECT_TRUE(one_token.fits()) << "one-token launch 1 (shape " << plan.gemm1_one_token_shape << ") at "
-                                << one_token.gemm1_registers << " registers: " << one_token.needed << " of "
-                                << one_token.sub_partition_registers;
-  const FusedDecodeRegisterFit wide = fused_decode_register_fit(plan.gemm1_shape, kFusedDecodeGemm2FewShape, true);
+  for (const bool table_free : {false, true}) {
+    SCOPED_TRACE(table_free ? "table-free scales" : "scale table");
+    // The weights choose table-free scales; launch 2's latency instance takes them only where they fit.
+    const bool latency_table_free = table_free && plan.gemm2_latency_table_free;
+    const FusedDecodeRegisterFit fit =
+        fused_decode_register_fit(plan.gemm1_shape, table_free, plan.gemm2_latency.shape, true, latency_table_free);
+    EXPECT_EQ(fit.sub_partition_registers, per_sm / 4);
+    EXPECT_GT(fit.gemm1_registers, 0);
+    EXPECT_GT(fit.gemm2_registers, 0);
+    EXPECT_TRUE(fit.fits()) << "launch 1 (shape " << plan.gemm1_shape << ") at " << fit.gemm1_registers
+                            << " registers and launch 2 (shape " << plan.gemm2_latency.shape << ") at "
+                            << fit.gemm2_registers << " take " << fit.needed << " of a sub-partition's "
+                            << fit.sub_partition_registers << " registers";
+    const MoeProblem w4a4 = make_moe_problem(4096, 1024, 512, 10, ActivationMode::kW4A4);
+    const FusedDecodePlan w4a4_plan = plan_moe_fused_decode(w4a4, device->multiprocessors);
+    const FusedDecodeRegisterFit w4a4_fit =
+        fused_decode_register_fit(w4a4_plan.gemm1_shape, table_free, w4a4_plan.gemm2_latency.shape, true,
+                                  table_free && w4a4_plan.gemm2_latency_table_free);
+    EXPECT_TRUE(w4a4_fit.fits()) << "W4A4: launch 1 at " << w4a4_fit.gemm1_registers << " registers, launch 2 at "
+                                 << w4a4_fit.gemm2_registers << ": " << w4a4_fit.needed << " of "
+                                 << w4a4_fit.sub_partition_registers;
+    const FusedDecodeRegisterFit one_token =
+        fused_decode_register_fit(plan.gemm1_one_token_shape, table_free, plan.gemm2_latency.shape, true,
+                                  latency_table_free);
+    EXPECT_TRUE(one_token.fits()) << "one-token launch 1 (shape " << plan.gemm1_one_token_shape << ") at "
+                                  << one_token.gemm1_registers << " registers: " << one_token.needed << " of "
+                                  << one_token.sub_partition_registers;
+  }
+  const FusedDecodeRegisterFit wide =
+      fused_decode_register_fit(plan.gemm1_shape, false, kFusedDecodeGemm2FewShape, true, false);
   EXPECT_FALSE(wide.fits()) << wide.needed << " of " << wide.sub_partition_registers;
-  EXPECT_GT(wide.needed, fit.needed);
+  EXPECT_GT(wide.needed, fused_decode_register_fit(plan.gemm1_shape, false, plan.gemm2_latency.shape, true, false).needed);
   const auto expect_error = [](int gemm1_shape, int gemm2_shape, bool one_tile, const std::string& expected) {
     try {
-      fused_decode_register_fit(gemm1_shape, gemm2_shape, one_tile);
+      fused_decode_register_fit(gemm1_shape, false, gemm2_shape, one_tile, false);
       ADD_FAILURE() << "shapes " << gemm1_shape << ", " << gemm2_shape << " were accepted";
     } catch (const std::exception& e) {
       EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
@@ -337,6 +349,50 @@ TEST(FusedDecodeRouting, OneTokenEarlyPrimeGivesTheOrdinaryBits) {
     EXPECT_TRUE(early.run(hidden, logits, nullptr, 1) == expected) << name << ": differs from the ordinary shape";
     EXPECT_TRUE(early.run_graph(1) == expected) << name << ": graph replay differs from the ordinary shape";
     EXPECT_TRUE(shared.run(hidden, logits, nullptr, 1) == expected) << name << ": differs from shared routing";
+  }
+}
+
+// The block scales built from their codes (table-free: every scale of the matrix is a positive normal
+// E4M3 code, as the synthetic weights' are) and loaded from the table (FP4MOE_FD_TABLE_SCALES=1) must give
+// the same bits, W4A16 and W4A4, at token counts that run every instance the plan takes: 1 (the one-token
+// launch-1 shape; H = 4096 gives W4A16 its early-prime twin), 2 and 5 (per-CTA routing), 8 (shared
+// routing, the 32-row launch 2), 64 and 70 (the many-token launch 2; 70 is two chunks). A matrix with
+// other codes keeps the table (MoeBackendSuite.E4m3ExtremeBlockScales checks those against the CPU
+// reference). The knob takes 0 or 1; anything else is an error naming it.
+TEST(FusedDecodeScales, TableFreeScalesGiveTheTableBits) {
+  FP4MOE_REQUIRE_SM80(device);
+  const KnobReset reset{"FP4MOE_FD_TABLE_SCALES"};
+  for (const ActivationMode mode : {ActivationMode::kW4A16, ActivationMode::kW4A4}) {
+    const std::string name(to_string(mode));
+    const MoeProblem problem = make_moe_problem(4096, 256, 64, 6, mode);
+    const int64_t E = problem.num_experts, H = problem.hidden, I = problem.inter;
+    const MoeWeights weights = synthetic_moe_weights(E, H, I, 31);
+    ASSERT_TRUE(scales_all_positive_normal(weights.w13_scales, E, 2 * I * H / 16) &&
+                scales_all_positive_normal(weights.w2_scales, E, H * I / 16))
+        << "the table-free instances run only on all-normal scales";
+    unsetenv("FP4MOE_FD_TABLE_SCALES");
+    EXPECT_FALSE(plan_moe_fused_decode(problem, device->multiprocessors).table_scales_forced);
+    test::Runner table_free("cuda.sm80.fused_decode.v1", problem, weights, 70, *device);
+    ASSERT_EQ(setenv("FP4MOE_FD_TABLE_SCALES", "1", 1), 0);
+    EXPECT_TRUE(plan_moe_fused_decode(problem, device->multiprocessors).table_scales_forced);
+    test::Runner table("cuda.sm80.fused_decode.v1", problem, weights, 70, *device);
+    for (int64_t T : {1, 2, 5, 8, 64, 70}) {
+      const std::string label = name + " T=" + std::to_string(T);
+      const std::vector<float> hidden = synthetic_activations(T, H, 71 + T);
+      const std::vector<float> logits = test::random_logits(T, E, 81 + T);
+      test::check_case(table_free, problem, weights, hidden, logits, nullptr, T, 1, "table-free scales, " + label);
+      const std::vector<uint16_t> expected = table.run(hidden, logits, nullptr, T);
+      EXPECT_TRUE(table_free.run(hidden, logits, nullptr, T) == expected) << label << ": differs from the table";
+      EXPECT_TRUE(table_free.run_graph(T) == expected) << label << ": graph replay differs from the table";
+    }
+    ASSERT_EQ(setenv("FP4MOE_FD_TABLE_SCALES", "0", 1), 0);
+    EXPECT_FALSE(plan_moe_fused_decode(problem, device->multiprocessors).table_scales_forced);
+    for (const char* bad : {"2", "yes", "01"}) {
+      ASSERT_EQ(setenv("FP4MOE_FD_TABLE_SCALES", bad, 1), 0);
+      expect_plan_error(problem, device->multiprocessors, "FP4MOE_FD_TABLE_SCALES must be 0..1",
+                        std::string("FP4MOE_FD_TABLE_SCALES=") + bad);
+    }
+    unsetenv("FP4MOE_FD_TABLE_SCALES");
   }
 }
 
