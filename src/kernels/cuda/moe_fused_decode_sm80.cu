@@ -604,9 +604,9 @@ const FusedDecodeLaunch2& launch2_for(const FusedDecodePlan& plan, int tokens) {
 
 }  // namespace
 
-int fused_decode_route_share_from() {
+int fused_decode_route_share_from(const MoeProblem& problem) {
   const char* env = std::getenv("FP4MOE_FD_ROUTE_SHARE_FROM");
-  if (env == nullptr || env[0] == '\0') return kFusedDecodeDefaultRouteShareFrom;
+  if (env == nullptr || env[0] == '\0') return fused_decode_default_route_share_from(problem);
   char* end = nullptr;
   const long from = std::strtol(env, &end, 10);
   FP4MOE_CHECK(*end == '\0' && from >= 1 && from <= kFusedDecodeMaxTokens + 1,
@@ -650,7 +650,7 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   int device = 0, optin = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  plan.route_share_from = fused_decode_route_share_from();
+  plan.route_share_from = fused_decode_route_share_from(problem);
   plan.table_scales_forced = read_shape_knob("FP4MOE_FD_TABLE_SCALES", 2) == 1;
   // Launch 2's CTA shapes (kGemm2Shapes) for chunks of 1..3, 4..8 and more tokens (the header says why;
   // the first and the last take the same shape, in its two instances):

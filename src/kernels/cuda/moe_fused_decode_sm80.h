@@ -67,12 +67,26 @@ inline constexpr int kFusedDecodeGemm2FewFrom = 4;       // tokens from which a 
 // the per-CTA routing was faster (Qwen3.5-397B 59.4 against 61.5 us), at 4 the shared one (106.2 against
 // 108.0, in a build whose per-CTA path was slower), at 8 and 64 the shared one by 3-9 %. Since the top-k
 // is sized by E (r29), per-CTA routing is 1.6-3.4 % faster at 4 tokens and 0-2.4 % at 5 on six presets (and
-// Qwen3.5-397B W4A4); from 6 on it depends on E (docs/perf/2026-12-02-h200-r30.md).
-inline constexpr int kFusedDecodeDefaultRouteShareFrom = 6;
+// Qwen3.5-397B W4A4) (docs/perf/2026-12-02-h200-r30.md). From 6 on it depends on the router's size E x H,
+// which every CTA reads once per token when it routes them all (r31, docs/perf/2026-12-02-h200-r31.md):
+// per-CTA routing at 6-8 tokens was 0.7-2.5 % faster on five presets up to Qwen3-Next-80B's 512 x 2048, and
+// 0.3-0.6 % slower at 8 tokens of Qwen3.5-397B's 512 x 4096.
+inline constexpr int kFusedDecodeRouteShareFromLargeRouter = 6;
+inline constexpr int kFusedDecodeRouteShareFromSmallRouter = 9;
+inline constexpr int64_t kFusedDecodeSmallRouterElements = int64_t{512} * 2048;  // E x H, at most
+static_assert(kFusedDecodeRouteShareFromLargeRouter > 2 &&
+                  kFusedDecodeRouteShareFromLargeRouter < kFusedDecodeRouteShareFromSmallRouter &&
+                  kFusedDecodeRouteShareFromSmallRouter <= kFusedDecodeMaxTokens,
+              "per-CTA routing covers 1-2 tokens for every router and more for small ones");
+constexpr int fused_decode_default_route_share_from(const MoeProblem& problem) {
+  return problem.num_experts * problem.hidden <= kFusedDecodeSmallRouterElements
+             ? kFusedDecodeRouteShareFromSmallRouter
+             : kFusedDecodeRouteShareFromLargeRouter;
+}
 // The threshold in use: FP4MOE_FD_ROUTE_SHARE_FROM = 1..65 (65: never; measurements, tests), else the
-// default. Any other value of the knob is an error. Read by plan_moe_fused_decode and by the backend's
-// declared variants.
-int fused_decode_route_share_from();
+// problem's default. Any other value of the knob is an error. Read by plan_moe_fused_decode and by the
+// backend's declared variants.
+int fused_decode_route_share_from(const MoeProblem& problem);
 
 // One of launch 2's three configurations (by the chunk's tokens).
 struct FusedDecodeLaunch2 {
@@ -91,7 +105,7 @@ struct FusedDecodePlan {
   FusedDecodeLaunch2 gemm2_latency;  // launch 2 for chunks of 1..kFusedDecodeGemm2FewFrom - 1 tokens
   FusedDecodeLaunch2 gemm2_few;      // launch 2 for chunks of kFusedDecodeGemm2FewFrom..8 tokens
   FusedDecodeLaunch2 gemm2_many;     // launch 2 for larger chunks
-  int route_share_from = kFusedDecodeDefaultRouteShareFrom;  // tokens from which launch 1's CTAs share routing
+  int route_share_from = 0;  // tokens from which launch 1's CTAs share routing (fused_decode_route_share_from)
   // FP4MOE_FD_TABLE_SCALES=1 (measurements, tests; 0 or unset: not forced, other values are errors): the
   // kernels load every block scale from the table even where all of a matrix's scales allow the table-free
   // form, which gives the same bits.

@@ -169,16 +169,18 @@ TEST(BackendVariants, SelfRouteKnobIsZeroOrOne) {
 }
 
 // The fused decode's variants: one token (its own launch-1 shape where the early prime fits), per-CTA
-// routing, shared routing (from the threshold on), several chunks.
+// routing, shared routing (from the threshold on, which depends on the router's size), several chunks.
 TEST(BackendVariants, FusedDecodeDeclaresSharedRoutingAndTheSecondLaunchChunk) {
   unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
   const auto backend = make_cuda_sm80_fused_decode_backend();
-  const int64_t share = kFusedDecodeDefaultRouteShareFrom;
-  static_assert(kFusedDecodeDefaultRouteShareFrom > 2 && kFusedDecodeDefaultRouteShareFrom <= kFusedDecodeMaxTokens);
+  const int64_t share = kFusedDecodeRouteShareFromLargeRouter;  // Qwen3.5-397B's router: 512 x 4096
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1, 2, share}));
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()),
             (std::vector<int64_t>{1, 2, share, kFusedDecodeMaxTokens + 1}));
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 1, h200_like()), (std::vector<int64_t>{1}));
+  // Qwen3-30B's router (128 x 2048) routes per CTA for longer.
+  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 64, h200_like()),
+            (std::vector<int64_t>{1, 2, kFusedDecodeRouteShareFromSmallRouter}));
   setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "65", 1);  // never shared: one token, more, several chunks
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()),
             (std::vector<int64_t>{1, 2, kFusedDecodeMaxTokens + 1}));
@@ -187,18 +189,32 @@ TEST(BackendVariants, FusedDecodeDeclaresSharedRoutingAndTheSecondLaunchChunk) {
   unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
 }
 
-// FP4MOE_FD_ROUTE_SHARE_FROM (measurements, tests): unset = the default, 1..65 taken as given, anything
-// else an error naming the knob.
+// The default threshold by router size E x H: the small-router one up to Qwen3-Next-80B's 512 x 2048
+// (measured there, r31), the large-router one above (Qwen3.5-397B's 512 x 4096).
+TEST(BackendVariants, FusedDecodeSharesRoutingLaterForSmallRouters) {
+  const auto share_from = [](int64_t hidden, int64_t experts) {
+    return fused_decode_default_route_share_from(make_moe_problem(hidden, 512, experts, 8, ActivationMode::kW4A16));
+  };
+  EXPECT_EQ(share_from(2048, 512), kFusedDecodeRouteShareFromSmallRouter);  // Qwen3-Next-80B
+  EXPECT_EQ(share_from(3072, 256), kFusedDecodeRouteShareFromSmallRouter);  // Qwen3.5-122B
+  EXPECT_EQ(share_from(4096, 128), kFusedDecodeRouteShareFromSmallRouter);  // Qwen3-235B
+  EXPECT_EQ(share_from(4096, 512), kFusedDecodeRouteShareFromLargeRouter);  // Qwen3.5-397B
+  EXPECT_EQ(share_from(2048 + 64, 512), kFusedDecodeRouteShareFromLargeRouter);  // just above the bound
+}
+
+// FP4MOE_FD_ROUTE_SHARE_FROM (measurements, tests): unset = the problem's default, 1..65 taken as given,
+// anything else an error naming the knob.
 TEST(BackendVariants, FusedDecodeRouteShareKnobIsOneTo65) {
   unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
-  EXPECT_EQ(fused_decode_route_share_from(), kFusedDecodeDefaultRouteShareFrom);
+  const auto from_knob = [] { return fused_decode_route_share_from(kQwen35); };
+  EXPECT_EQ(from_knob(), fused_decode_default_route_share_from(kQwen35));
   for (const char* value : {"1", "7", "65"}) {
     setenv("FP4MOE_FD_ROUTE_SHARE_FROM", value, 1);
-    EXPECT_EQ(fused_decode_route_share_from(), std::stoi(value)) << value;
+    EXPECT_EQ(from_knob(), std::stoi(value)) << value;
+    EXPECT_EQ(fused_decode_route_share_from(kQwen3_30b), std::stoi(value)) << value;
   }
   for (const char* bad : {"0", "66", "-3", "4x", "four"})
-    expect_knob_rejects("FP4MOE_FD_ROUTE_SHARE_FROM", bad, fused_decode_route_share_from,
-                        "FP4MOE_FD_ROUTE_SHARE_FROM must be 1..65");
+    expect_knob_rejects("FP4MOE_FD_ROUTE_SHARE_FROM", bad, from_knob, "FP4MOE_FD_ROUTE_SHARE_FROM must be 1..65");
 }
 
 #ifdef FP4MOE_HAVE_SM90A
