@@ -122,14 +122,15 @@ class CudaSm80FusedDecodeBackend final : public MoeBackend {
 
   // Launch 1 shares the routing from fused_decode_route_share_from(problem) tokens per chunk on; one token may take
   // its own launch-1 shape (the early-prime twin, plan.gemm1_one_token_shape), so 2 tokens are another
-  // variant; batches above kFusedDecodeMaxTokens run as several launch pairs (the last chunk may route per
-  // CTA again).
+  // variant; launch 2 takes one of three configurations by the chunk's tokens (fused_decode_launch2_use);
+  // batches above kFusedDecodeMaxTokens run as several launch pairs (the last chunk may route per CTA again).
   std::vector<int64_t> variant_token_counts(const MoeProblem& problem, int64_t max_tokens,
                                             const DeviceInfo&) const override {
     const int64_t share_from = fused_decode_route_share_from(problem);
     return first_token_count_of_each_variant(max_tokens, [&](int64_t t) {
-      return std::tuple<bool, bool, bool>(t > kFusedDecodeMaxTokens, std::min(t, kFusedDecodeMaxTokens) >= share_from,
-                                          t == 1);
+      const int64_t chunk = std::min(t, kFusedDecodeMaxTokens);
+      return std::tuple<bool, bool, bool, FusedDecodeLaunch2Use>(t > kFusedDecodeMaxTokens, chunk >= share_from, t == 1,
+                                                                 fused_decode_launch2_use(chunk));
     });
   }
 };

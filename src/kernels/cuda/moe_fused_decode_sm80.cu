@@ -598,8 +598,13 @@ FusedDecodeLaunch2 size_gemm2(const MoeProblem& problem, int tk_cap, int shape, 
 
 // Launch 2's configuration for a chunk of T tokens (plan_moe_fused_decode's three).
 const FusedDecodeLaunch2& launch2_for(const FusedDecodePlan& plan, int tokens) {
-  if (tokens > kTokenGroup) return plan.gemm2_many;
-  return tokens >= kFusedDecodeGemm2FewFrom ? plan.gemm2_few : plan.gemm2_latency;
+  switch (fused_decode_launch2_use(tokens)) {
+    case FusedDecodeLaunch2Use::kLatency: return plan.gemm2_latency;
+    case FusedDecodeLaunch2Use::kFew: return plan.gemm2_few;
+    case FusedDecodeLaunch2Use::kMany: return plan.gemm2_many;
+  }
+  FP4MOE_CHECK(false, "fused decode: no launch-2 configuration for ", tokens, " tokens");
+  return plan.gemm2_many;
 }
 
 }  // namespace

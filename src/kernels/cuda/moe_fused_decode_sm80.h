@@ -62,6 +62,17 @@ inline constexpr int kFusedDecodeGemm2ShapeCount = 3;
 inline constexpr int kFusedDecodeDefaultGemm2Shape = 1;  // 10 warps, 5 stages, 16 rows
 inline constexpr int kFusedDecodeGemm2FewShape = 2;      // 20 warps, 4 stages, 32 rows
 inline constexpr int kFusedDecodeGemm2FewFrom = 4;       // tokens from which a chunk takes the few-token shape
+inline constexpr int kFusedDecodeGemm2FewUpTo = 8;       // its last chunk size: one token group of launch 1
+// Which of the plan's three launch-2 configurations a chunk of `tokens` (1..kFusedDecodeMaxTokens) takes:
+// the latency one (1..3), the few-token one (4..8) or the one for larger chunks. A kernel-variant switch,
+// so the backend declares it for qualification.
+enum class FusedDecodeLaunch2Use { kLatency, kFew, kMany };
+constexpr FusedDecodeLaunch2Use fused_decode_launch2_use(int64_t tokens) {
+  if (tokens > kFusedDecodeGemm2FewUpTo) return FusedDecodeLaunch2Use::kMany;
+  return tokens >= kFusedDecodeGemm2FewFrom ? FusedDecodeLaunch2Use::kFew : FusedDecodeLaunch2Use::kLatency;
+}
+static_assert(1 < kFusedDecodeGemm2FewFrom && kFusedDecodeGemm2FewFrom <= kFusedDecodeGemm2FewUpTo &&
+              kFusedDecodeGemm2FewUpTo < kFusedDecodeMaxTokens);
 // From this many tokens per chunk on, launch 1's CTAs share the routing (each token routed by one CTA)
 // instead of each routing every token. H200, 2026-12-01 (docs/perf/2026-12-01-h200-r17.md): at 2 tokens
 // the per-CTA routing was faster (Qwen3.5-397B 59.4 against 61.5 us), at 4 the shared one (106.2 against
@@ -102,9 +113,10 @@ struct FusedDecodePlan {
   int gemm1_item_cap = 0;  // launch 1's item table: the most items a CTA of its grid takes
   int gemm1_shape = kFusedDecodeDefaultGemm1Shape;  // launch 1's shape (index into the kernel's table)
   int gemm1_one_token_shape = kFusedDecodeDefaultGemm1Shape;  // launch 1's shape for one-token chunks
-  FusedDecodeLaunch2 gemm2_latency;  // launch 2 for chunks of 1..kFusedDecodeGemm2FewFrom - 1 tokens
-  FusedDecodeLaunch2 gemm2_few;      // launch 2 for chunks of kFusedDecodeGemm2FewFrom..8 tokens
-  FusedDecodeLaunch2 gemm2_many;     // launch 2 for larger chunks
+  // Launch 2 by fused_decode_launch2_use:
+  FusedDecodeLaunch2 gemm2_latency;  // chunks of 1..kFusedDecodeGemm2FewFrom - 1 tokens
+  FusedDecodeLaunch2 gemm2_few;      // chunks of kFusedDecodeGemm2FewFrom..kFusedDecodeGemm2FewUpTo tokens
+  FusedDecodeLaunch2 gemm2_many;     // larger chunks
   int route_share_from = 0;  // tokens from which launch 1's CTAs share routing (fused_decode_route_share_from)
   // FP4MOE_FD_TABLE_SCALES=1 (measurements, tests; 0 or unset: not forced, other values are errors): the
   // kernels load every block scale from the table even where all of a matrix's scales allow the table-free

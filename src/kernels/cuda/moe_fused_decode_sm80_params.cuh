@@ -107,6 +107,7 @@ static_assert(kFusedDecodeGemm2FewShape >= 0 && kFusedDecodeGemm2FewShape < kGem
               "the shape for chunks of 4..8 tokens");
 static_assert(kFusedDecodeGemm2FewFrom >= 1 && kFusedDecodeGemm2FewFrom <= kTokenGroup + 1, "a threshold within 1..9");
 static_assert(kFusedDecodeMaxTokens % kTokenGroup == 0, "token chunks are whole token groups");
+static_assert(kFusedDecodeGemm2FewUpTo == kTokenGroup, "launch 2's one-tile instances take one token group");
 
 __host__ __device__ constexpr size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 

@@ -169,24 +169,41 @@ TEST(BackendVariants, SelfRouteKnobIsZeroOrOne) {
 }
 
 // The fused decode's variants: one token (its own launch-1 shape where the early prime fits), per-CTA
-// routing, shared routing (from the threshold on, which depends on the router's size), several chunks.
+// routing, shared routing (from the threshold on, which depends on the router's size), launch 2's three
+// configurations (from 4 and from 9 tokens), several chunks.
 TEST(BackendVariants, FusedDecodeDeclaresSharedRoutingAndTheSecondLaunchChunk) {
   unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
   const auto backend = make_cuda_sm80_fused_decode_backend();
   const int64_t share = kFusedDecodeRouteShareFromLargeRouter;  // Qwen3.5-397B's router: 512 x 4096
-  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1, 2, share}));
+  const int64_t few = kFusedDecodeGemm2FewFrom, many = kFusedDecodeGemm2FewUpTo + 1;
+  static_assert(kFusedDecodeGemm2FewFrom < kFusedDecodeRouteShareFromLargeRouter &&
+                kFusedDecodeRouteShareFromLargeRouter < kFusedDecodeGemm2FewUpTo + 1 &&
+                kFusedDecodeGemm2FewUpTo + 1 == kFusedDecodeRouteShareFromSmallRouter);
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1, 2, few, share, many}));
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()),
-            (std::vector<int64_t>{1, 2, share, kFusedDecodeMaxTokens + 1}));
+            (std::vector<int64_t>{1, 2, few, share, many, kFusedDecodeMaxTokens + 1}));
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 1, h200_like()), (std::vector<int64_t>{1}));
-  // Qwen3-30B's router (128 x 2048) routes per CTA for longer.
-  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 64, h200_like()),
-            (std::vector<int64_t>{1, 2, kFusedDecodeRouteShareFromSmallRouter}));
-  setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "65", 1);  // never shared: one token, more, several chunks
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 5, h200_like()), (std::vector<int64_t>{1, 2, few}));
+  // Qwen3-30B's router (128 x 2048) routes per CTA up to the last few-token chunk.
+  EXPECT_EQ(backend->variant_token_counts(kQwen3_30b, 64, h200_like()), (std::vector<int64_t>{1, 2, few, many}));
+  setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "65", 1);  // never shared: one token, more, launch 2's, several chunks
   EXPECT_EQ(backend->variant_token_counts(kQwen35, 4096, h200_like()),
-            (std::vector<int64_t>{1, 2, kFusedDecodeMaxTokens + 1}));
+            (std::vector<int64_t>{1, 2, few, many, kFusedDecodeMaxTokens + 1}));
   setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "1", 1);  // always shared
-  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1, 2, few, many}));
+  setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "7", 1);  // inside the few-token configuration: its own variant
+  EXPECT_EQ(backend->variant_token_counts(kQwen35, 64, h200_like()), (std::vector<int64_t>{1, 2, few, 7, many}));
   unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
+}
+
+// Launch 2's configuration by a chunk's tokens: the boundaries the plan and the declared variants share.
+TEST(BackendVariants, FusedDecodeLaunch2UseByChunkTokens) {
+  for (int64_t t = 1; t <= kFusedDecodeMaxTokens; ++t) {
+    const FusedDecodeLaunch2Use expected = t <= 3 ? FusedDecodeLaunch2Use::kLatency
+                                           : t <= 8 ? FusedDecodeLaunch2Use::kFew
+                                                    : FusedDecodeLaunch2Use::kMany;
+    EXPECT_EQ(fused_decode_launch2_use(t), expected) << t << " tokens";
+  }
 }
 
 // The default threshold by router size E x H: the small-router one up to Qwen3-Next-80B's 512 x 2048
