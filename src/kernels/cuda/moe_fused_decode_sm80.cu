@@ -526,9 +526,23 @@ void check_problem(const MoeProblem& problem) {
 // (at most tk_cap token groups x row blocks, over the grid), and the table's size can lower the CTAs per
 // SM. From the shape's CTAs per SM down, the first count whose table fits its occupancy (the kernel's
 // shared-memory attribute is then set to that size); per_sm 0 when the shared memory exceeds the
-// device's (smem is then the size last tried, for the error message). Both instances of the shape (with
-// the scale table and table-free) get the attribute, and the occupancy is the lower of theirs: which one
-// runs depends on the weights (FusedDecodeWeights).
+// device's (smem is then the size last tried, for the error message). Both instances of the shape count
+// (lower_occupancy).
+// Sets the shared-memory attribute of a shape's two instances (with the scale table and table-free: which
+// one runs depends on the weights, FusedDecodeWeights) and returns the lower of their occupancies.
+template <typename Kernel>
+int lower_occupancy(const Kernel (&instances)[2], int threads, size_t smem) {
+  int occupancy = std::numeric_limits<int>::max();
+  for (const Kernel kernel : instances) {
+    FP4MOE_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    int instance_occupancy = 0;
+    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&instance_occupancy, kernel, threads, smem));
+    occupancy = std::min(occupancy, instance_occupancy);
+  }
+  return occupancy;
+}
+
 struct Gemm1Size {
   int per_sm = 0, item_cap = 0;
   size_t smem = 0;
@@ -543,15 +557,7 @@ Gemm1Size size_gemm1(const MoeProblem& problem, int tk_cap, int shape, int multi
     size.item_cap = static_cast<int>((max_items + grid - 1) / grid);
     size.smem = gemm1_smem(static_cast<int>(problem.num_experts), tk_cap, shape1.row_tiles, size.item_cap).total;
     if (size.smem > size_t(optin)) break;  // fewer CTAs only make the table larger
-    int occupancy = per_sm;
-    for (const Gemm1Kernel gemm1 : instances) {
-      FP4MOE_CUDA_CHECK(
-          cudaFuncSetAttribute(gemm1, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(size.smem)));
-      int instance_occupancy = 0;
-      FP4MOE_CUDA_CHECK(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&instance_occupancy, gemm1, kGemm1Warps * 32, size.smem));
-      occupancy = std::min(occupancy, instance_occupancy);
-    }
+    const int occupancy = lower_occupancy(instances, kGemm1Warps * 32, size.smem);
     if (occupancy >= per_sm) {
       size.per_sm = per_sm;
       break;
@@ -567,22 +573,11 @@ Gemm1Size size_gemm1(const MoeProblem& problem, int tk_cap, int shape, int multi
 // the shape cannot be resident at all.
 FusedDecodeLaunch2 size_gemm2(const MoeProblem& problem, int tk_cap, int shape, bool one_tile, int multiprocessors,
                               int optin, bool full) {
-  // Checks the shape and the instance; both scale forms get the attribute, the occupancy is the lower.
+  // Checks the shape and the instance; both scale forms count (lower_occupancy).
   const Gemm2Kernel instances[2] = {gemm2_kernel(shape, one_tile, false), gemm2_kernel(shape, one_tile, true)};
   const Gemm2Shape shape2 = kGemm2Shapes[shape];
   const size_t smem = gemm2_smem(tk_cap, shape2, one_tile).total;
-  int occupancy = 0;
-  if (smem <= size_t(optin)) {
-    occupancy = std::numeric_limits<int>::max();
-    for (const Gemm2Kernel gemm2 : instances) {
-      FP4MOE_CUDA_CHECK(
-          cudaFuncSetAttribute(gemm2, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      int instance_occupancy = 0;
-      FP4MOE_CUDA_CHECK(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&instance_occupancy, gemm2, shape2.warps * 32, smem));
-      occupancy = std::min(occupancy, instance_occupancy);
-    }
-  }
+  const int occupancy = smem <= size_t(optin) ? lower_occupancy(instances, shape2.warps * 32, smem) : 0;
   if (occupancy < (full ? shape2.ctas_per_sm : 1)) {
     FP4MOE_CHECK(full, "fused decode: launch 2 (shape ", shape, ", ", smem,
                  " bytes of shared memory per block) cannot be resident on this device (", optin, " bytes per block)");
@@ -596,14 +591,14 @@ FusedDecodeLaunch2 size_gemm2(const MoeProblem& problem, int tk_cap, int shape, 
   return launch;
 }
 
-// Launch 2's configuration for a chunk of T tokens (plan_moe_fused_decode's three).
-const FusedDecodeLaunch2& launch2_for(const FusedDecodePlan& plan, int tokens) {
-  switch (fused_decode_launch2_use(tokens)) {
+// Launch 2's configuration for a kind of chunk (plan_moe_fused_decode's three).
+const FusedDecodeLaunch2& launch2_for(const FusedDecodePlan& plan, FusedDecodeLaunch2Use use) {
+  switch (use) {
     case FusedDecodeLaunch2Use::kLatency: return plan.gemm2_latency;
     case FusedDecodeLaunch2Use::kFew: return plan.gemm2_few;
     case FusedDecodeLaunch2Use::kMany: return plan.gemm2_many;
   }
-  FP4MOE_CHECK(false, "fused decode: no launch-2 configuration for ", tokens, " tokens");
+  FP4MOE_CHECK(false, "fused decode: unknown launch-2 configuration ", static_cast<int>(use));
   return plan.gemm2_many;
 }
 
@@ -794,9 +789,11 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p2.out = out + t0 * H;
     // SM90+: launch 2 overlaps launch 1's tail (programmatic dependent launch). Up to 8 tokens, every
     // expert's tokens are one tile.
-    const FusedDecodeLaunch2& launch2 = launch2_for(plan, T);
-    const bool launch2_table_free = w2_table_free && (&launch2 != &plan.gemm2_latency || plan.gemm2_latency_table_free);
-    launch_maybe_programmatic(gemm2_kernel(launch2.shape, T <= kTokenGroup, launch2_table_free),
+    const FusedDecodeLaunch2Use use = fused_decode_launch2_use(T);
+    const FusedDecodeLaunch2& launch2 = launch2_for(plan, use);
+    const bool launch2_table_free =
+        w2_table_free && (use != FusedDecodeLaunch2Use::kLatency || plan.gemm2_latency_table_free);
+    launch_maybe_programmatic(gemm2_kernel(launch2.shape, use != FusedDecodeLaunch2Use::kMany, launch2_table_free),
                               static_cast<unsigned>(launch2.grid),
                               static_cast<unsigned>(kGemm2Shapes[launch2.shape].warps * 32),  // shape checked above
                               launch2.smem, stream, p2);
