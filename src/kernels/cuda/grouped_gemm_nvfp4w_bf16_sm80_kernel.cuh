@@ -54,6 +54,7 @@
 namespace fp4moe::sm80_grouped_gemm {
 
 using sm80::bf16x2_mul;
+using sm80::bf16x2_mul_by_half;
 using sm80::cp_async16_if;
 using sm80::cp_async_commit;
 using sm80::cp_async_wait;
@@ -421,16 +422,26 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
       auto decode_step = [&](int nt, int s, uint32_t& b0, uint32_t& b1) {
         const uint32_t word = (s / 2 == 0) ? wq[nt].x : (s / 2 == 1) ? wq[nt].y : (s / 2 == 2) ? wq[nt].z : wq[nt].w;
         const uint32_t codes = (s < 4) ? sc[nt].x : sc[nt].y;
-        uint32_t scale;
-        if constexpr (NORMAL_SCALES) {  // code s % 4 into both halves' low bytes, then (code << 4) + bias
-          scale = __byte_perm(codes, 0u, 0x4040u + 0x0101u * (s % 4)) * 16u + kNormalScaleBf16Bias * 0x10001u;
-        } else {
-          scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
-        }
         uint32_t v[4];
         decode_word(word, v);
-        b0 = bf16x2_mul((s & 1) ? v[2] : v[0], scale);
-        b1 = bf16x2_mul((s & 1) ? v[3] : v[1], scale);
+        if constexpr (NORMAL_SCALES) {
+          // Codes s % 4 and its neighbour (steps s and s ^ 1) into the low bytes of the two halves, then
+          // (code << 4) + bias: one byte permute and multiply-add per two steps (the same expression in
+          // both, computed once); each step's multiply takes its half (bf16x2_mul_by_half).
+          const uint32_t pair = __byte_perm(codes, 0u, (s % 4) < 2 ? 0x4140u : 0x4342u) * 16u +
+                                kNormalScaleBf16Bias * 0x10001u;
+          if (s & 1) {
+            b0 = bf16x2_mul_by_half<true>(v[2], pair);
+            b1 = bf16x2_mul_by_half<true>(v[3], pair);
+          } else {
+            b0 = bf16x2_mul_by_half<false>(v[0], pair);
+            b1 = bf16x2_mul_by_half<false>(v[1], pair);
+          }
+        } else {
+          const uint32_t scale = lut[(codes >> (8 * (s % 4))) & 0xFFu];
+          b0 = bf16x2_mul((s & 1) ? v[2] : v[0], scale);
+          b1 = bf16x2_mul((s & 1) ? v[3] : v[1], scale);
+        }
       };
       // Narrow form with the table-free scales: the chunk's token fragments, loaded before its first mma.
       // The loads are volatile asm, issued in program order among the mma.sync: loaded per k step, each

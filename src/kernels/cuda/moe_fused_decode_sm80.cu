@@ -126,7 +126,7 @@ __device__ __noinline__ uint64_t prime_first_item_early(uint8_t* smem, uint32_t 
   return offset;
 }
 
-// kTableFree: W13's block scales are all positive normal E4M3 codes (block_scale_bf16x2).
+// kTableFree: W13's block scales are all positive normal E4M3 codes (BlockScales).
 template <int kShape, bool kTableFree>
 __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_per_sm) fused_gemm1_kernel(Gemm1Params p) {
   constexpr int MT = kGemm1Shapes[kShape].row_tiles;
@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
 
 using Gemm1Kernel = void (*)(Gemm1Params);
 static_assert(kGemm1ShapeCount == 4, "one case per launch-1 shape");
-// A launch-1 shape's instance with the scale table or table-free (block_scale_bf16x2).
+// A launch-1 shape's instance with the scale table or table-free (BlockScales).
 Gemm1Kernel gemm1_kernel(int shape, bool table_free) {
   switch (shape) {
     case 0: return table_free ? fused_gemm1_kernel<0, true> : fused_gemm1_kernel<0, false>;

@@ -30,7 +30,7 @@ using sm80::scale_lut_entry;
 // one 8-token tile: the step has no tile loop and folds once per expert and range (fewer instructions
 // and branches per unit; at one token of Qwen3.5-397B launch 2 issues ~6 M warp instructions), and the
 // accumulators hold 8 tokens. RT 16-row tiles of H per CTA (row block), RT = 2 in the one-tile instance only.
-// kTableFree: W2's block scales are all positive normal E4M3 codes (block_scale_bf16x2).
+// kTableFree: W2's block scales are all positive normal E4M3 codes (BlockScales).
 template <int kShape, bool kOneTile, bool kTableFree>
 __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[kShape].ctas_per_sm)
     fused_gemm2_kernel(Gemm2Params p) {

@@ -16,6 +16,7 @@
 namespace fp4moe::fused_decode {
 
 using sm80::bf16x2_mul;
+using sm80::bf16x2_mul_by_half;
 using sm80::cp_async16;
 using sm80::cp_async4;
 using sm80::mma_bf16;
@@ -56,38 +57,60 @@ __device__ __forceinline__ uint32_t load_relaxed_gpu(const uint32_t* address) {
   return value;
 }
 
-// The block scale of E4M3 code `byte` (0..3) of `codes` as the bf16x2 multiplier of the decoded codes:
-// kTableFree (every scale of the matrix a positive normal code, checked at prepare) builds it as the
-// sm80 pipeline's table-free instances do (e4m3_scale_bits.h: the code in both halves' low bytes, then
-// (code << 4) + bias: a byte permute and a multiply-add), else it loads it from the kernel's table (a
-// shift, a mask and a shared-memory load). Both give the same bits for such codes.
-template <bool kTableFree, int kByte>
-__device__ __forceinline__ uint32_t block_scale_bf16x2(uint32_t codes, const uint32_t* lut) {
-  static_assert(kByte >= 0 && kByte < 4, "four codes per word");
-  if constexpr (kTableFree)
-    return __byte_perm(codes, 0u, 0x4040u + 0x0101u * kByte) * 16u + kNormalScaleBf16Bias * 0x10001u;
-  else
-    return lut[(codes >> (8 * kByte)) & 0xFFu];
-}
+// The block scales of a lane's scale word `codes` (nvfp4_decode_layout.h: E4M3 codes of (row g, the
+// lane's first block of the chunk), (row g, its second), then the same for row g + 8) as bf16 multipliers
+// of the decoded codes, multiplied in with scale_by.
+// kTableFree (every scale of the matrix a positive normal code, checked at prepare): built as the sm80
+// pipeline's table-free instances do (e4m3_scale_bits.h: (code << 4) + bias), two codes per word, one in
+// each half (a byte permute and a multiply-add per two scales; the multiply takes its half for both
+// lanes, bf16x2_mul_by_half). Else loaded from the kernel's table, one code per word in both halves (a
+// shift, a mask and a shared-memory load per scale). Both give the same bits for such codes.
+template <bool kTableFree>
+struct BlockScales {
+  uint32_t rows_g[kTableFree ? 1 : 2], rows_g8[kTableFree ? 1 : 2];  // [block], or both blocks' halves
+  __device__ __forceinline__ BlockScales(uint32_t codes, const uint32_t* lut) {
+    if constexpr (kTableFree) {
+      constexpr uint32_t kBias = kNormalScaleBf16Bias * 0x10001u;
+      rows_g[0] = __byte_perm(codes, 0u, 0x4140u) * 16u + kBias;  // codes 0 and 1 in the low bytes of the halves
+      rows_g8[0] = __byte_perm(codes, 0u, 0x4342u) * 16u + kBias;
+    } else {
+#pragma unroll
+      for (int kb = 0; kb < 2; ++kb) {
+        rows_g[kb] = lut[(codes >> (8 * kb)) & 0xFFu];
+        rows_g8[kb] = lut[(codes >> (8 * (kb + 2))) & 0xFFu];
+      }
+    }
+  }
+  // Decoded codes `o` (bf16x2) of row g (row8 false) or g + 8 in the lane's block kb, times its scale.
+  template <int kb>
+  __device__ __forceinline__ uint32_t scale_by(uint32_t o, bool row8) const {
+    static_assert(kb == 0 || kb == 1, "two k blocks per chunk step");
+    if constexpr (kTableFree) return bf16x2_mul_by_half<kb == 1>(o, row8 ? rows_g8[0] : rows_g[0]);
+    else return bf16x2_mul(o, row8 ? rows_g8[kb] : rows_g[kb]);
+  }
+};
 
 // The 8 k steps of one chunk for one 16-row tile and one 8-token tile: decode and scale the A
-// fragments (rows g, g + 8), mma with the activations b. kTableFree: see block_scale_bf16x2 (`lut` unused).
+// fragments (rows g, g + 8), mma with the activations b. kTableFree: see BlockScales (`lut` unused).
 template <bool kTableFree>
 __device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& row0, const uint4& row1, uint32_t codes,
                                           const uint32_t* lut, const uint32_t (&b)[16]) {
-  const uint32_t s00 = block_scale_bf16x2<kTableFree, 0>(codes, lut), s01 = block_scale_bf16x2<kTableFree, 1>(codes, lut);
-  const uint32_t s10 = block_scale_bf16x2<kTableFree, 2>(codes, lut), s11 = block_scale_bf16x2<kTableFree, 3>(codes, lut);
+  const BlockScales<kTableFree> scales(codes, lut);
   const uint32_t w0[4] = {row0.x, row0.y, row0.z, row0.w}, w1[4] = {row1.x, row1.y, row1.z, row1.w};
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     uint32_t o0[4], o1[4];
     decode_word(w0[j], o0);
     decode_word(w1[j], o1);
-    const uint32_t scale0 = j < 2 ? s00 : s01, scale1 = j < 2 ? s10 : s11;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      o0[k] = bf16x2_mul(o0[k], scale0);
-      o1[k] = bf16x2_mul(o1[k], scale1);
+      if (j < 2) {
+        o0[k] = scales.template scale_by<0>(o0[k], false);
+        o1[k] = scales.template scale_by<0>(o1[k], true);
+      } else {
+        o0[k] = scales.template scale_by<1>(o0[k], false);
+        o1[k] = scales.template scale_by<1>(o1[k], true);
+      }
     }
 #pragma unroll
     for (int u = 0; u < 2; ++u) {

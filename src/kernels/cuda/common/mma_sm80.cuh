@@ -48,6 +48,15 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
   return *reinterpret_cast<uint32_t*>(&r);
 }
+// Both halves of a times one half of b (kHigh: b's high half): ptxas folds the half's broadcast into the
+// multiply's operand (HMUL2 ... R.H0_H0 / R.H1_H1 on sm_90a), so two multipliers can share a register.
+template <bool kHigh>
+__device__ __forceinline__ uint32_t bf16x2_mul_by_half(uint32_t a, uint32_t b) {
+  const __nv_bfloat162 pair = *reinterpret_cast<__nv_bfloat162*>(&b);
+  const __nv_bfloat162 half = kHigh ? __high2bfloat162(pair) : __low2bfloat162(pair);
+  __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), half);
+  return *reinterpret_cast<uint32_t*>(&r);
+}
 // E4M3 code -> bf16x2(scale * 2^117); exact for all codes (scale * 2^117 is in [2^108, 2^126)).
 __device__ __forceinline__ uint32_t scale_lut_entry(uint32_t code) {
   const __nv_bfloat16 v = __float2bfloat16_rn(e4m3_to_float(code) * 0x1p117f);
