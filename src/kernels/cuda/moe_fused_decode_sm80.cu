@@ -131,6 +131,9 @@ template <int kShape, bool kTableFree>
 __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_per_sm) fused_gemm1_kernel(Gemm1Params p) {
   constexpr int MT = kGemm1Shapes[kShape].row_tiles;
   constexpr bool kW4A4 = kGemm1Shapes[kShape].w4a4;
+  // The item epilogue's warps and the row tiles each takes (see the item loop below).
+  constexpr int kEpilogueTiles = kW4A4 ? MT : 1, kEpilogueWarps = 2 * MT / kEpilogueTiles;
+  static_assert(kEpilogueWarps <= kGemm1Warps && (!kW4A4 || MT == 2), "epilogue ranks are warps; W4A4 blocks span 2 tiles");
   extern __shared__ __align__(16) uint8_t smem[];
   const Gemm1Smem L = gemm1_smem(p.num_experts, p.tk_cap, MT, p.item_cap);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + L.lut);
@@ -362,56 +365,56 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
       else step(b_odd);
     }
     // The item's partial sums meet in shared memory (two buffers by item parity: the next item's
-    // writes cannot overtake this item's reader, who is held at the next barrier).
+    // writes cannot overtake this item's readers, who are held at the next barrier), as [warp][value][lane]
+    // so that an epilogue lane's reads (one value of every warp) are free of bank conflicts.
     const int buf = item_index & 1;
-    float* my_red = red + ((size_t(buf) * kGemm1Warps + warp) * 32 + lane) * 4 * MT;
+    float* item_red = red + size_t(buf) * kGemm1Warps * 4 * MT * 32;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) my_red[4 * mt + i] = acc[mt][i], acc[mt][i] = 0.0f;
+      for (int i = 0; i < 4; ++i) item_red[(warp * 4 * MT + 4 * mt + i) * 32 + lane] = acc[mt][i], acc[mt][i] = 0.0f;
     __syncthreads();
-    if (warp != item_index % kGemm1Warps) continue;
-    // Epilogue (one warp per item, rotating): lane holds gate (row g) and up (row g + 8) of h column
-    // 8 * (MT rb + mt) + g for token columns 2t + q.
-    float sum[MT][4];
-    const float* item_red = red + size_t(buf) * kGemm1Warps * 32 * 4 * MT;
-#pragma unroll
-    for (int i = 0; i < 4 * MT; ++i) {
-      float v = item_red[lane * 4 * MT + i];
-      for (int w = 1; w < kGemm1Warps; ++w) v = __fadd_rn(v, item_red[(w * 32 + lane) * 4 * MT + i]);
-      sum[i / 4][i % 4] = v;
-    }
+    // Epilogue, split over kEpilogueWarps warps (rotating with the item): lane (g, t) of epilogue rank r
+    // takes token column 2t + qq (qq = r % 2) of the gate (row g) and up (row g + 8) sums of its row
+    // tiles. Until r32 one warp did all 2 MT (row tile, qq) pairs while the other 7 went on and then
+    // waited for it at the next item's barrier: the CTA barrier was launch 1's largest stall at 8 tokens
+    // (r30). W4A4 keeps both row tiles in one warp (an NVFP4 block of h spans them). Same sums, same order.
+    const int rank = static_cast<int>((unsigned(warp) + kGemm1Warps - unsigned(item_index) * kEpilogueWarps % kGemm1Warps) %
+                                      kGemm1Warps);
+    if (rank >= kEpilogueWarps) continue;
+    const int qq = rank % 2, mt0 = kW4A4 ? 0 : rank / 2;
     const int e = touched[item.j], first = item.first, ntok = item.ntok, rb = item.rb;
+    if (qq >= ntok) continue;  // no token column 2t + qq in this item (one token: qq = 1), the whole warp
     const float in_scale = kW4A4 ? p.in_scale[e] : 1.0f;
     const float fg = __fmul_rn(__fmul_rn(p.gate_scale2[e], kScaleLutCompensation), in_scale);
     const float fu = __fmul_rn(__fmul_rn(p.up_scale2[e], kScaleLutCompensation), in_scale);
-    float hv[MT][2];
+    float hv[kEpilogueTiles];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int qq = 0; qq < 2; ++qq)
-        hv[mt][qq] = swiglu_fp32(__fmul_rn(sum[mt][qq], fg), __fmul_rn(sum[mt][2 + qq], fu));
+    for (int k = 0; k < kEpilogueTiles; ++k) {
+      const float* gate_sums = item_red + (4 * (mt0 + k) + qq) * 32 + lane;  // up: 2 values on
+      float gate = gate_sums[0], up = gate_sums[2 * 32];
+      for (int w = 1; w < kGemm1Warps; ++w) {
+        gate = __fadd_rn(gate, gate_sums[w * 4 * MT * 32]);
+        up = __fadd_rn(up, gate_sums[w * 4 * MT * 32 + 2 * 32]);
+      }
+      hv[k] = swiglu_fp32(__fmul_rn(gate, fg), __fmul_rn(up, fu));
+    }
     if constexpr (kW4A4) {
       // W4A4: one NVFP4 block of h = 16 columns of a token = (mt 0..1) x (lanes g = 0..7, same t).
       const float quant_scale = p.out_scale[e];
+      float amax = fmaxf(fabsf(hv[0]), fabsf(hv[1]));
+      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 4));
+      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 8));
+      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 16));
+      const float bs = nvfp4_block_scale(amax, quant_scale);
 #pragma unroll
-      for (int qq = 0; qq < 2; ++qq) {
-        float amax = fmaxf(fabsf(hv[0][qq]), fabsf(hv[1][qq]));
-        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 4));
-        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 8));
-        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 16));
-        const float bs = nvfp4_block_scale(amax, quant_scale);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) hv[mt][qq] = nvfp4_qdq_value(hv[mt][qq], amax, bs, quant_scale);
-      }
+      for (int mt = 0; mt < 2; ++mt) hv[mt] = nvfp4_qdq_value(hv[mt], amax, bs, quant_scale);
     }
+    const int c = 2 * t + qq;
+    if (c < ntok) {
+      __nv_bfloat16* dst = p.h + size_t(sorted[first + c]) * p.inter + 8 * MT * rb + 8 * mt0 + g;
 #pragma unroll
-    for (int qq = 0; qq < 2; ++qq) {
-      const int c = 2 * t + qq;
-      if (c >= ntok) continue;
-      __nv_bfloat16* dst = p.h + size_t(sorted[first + c]) * p.inter + 8 * MT * rb + g;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) dst[8 * mt] = __float2bfloat16_rn(hv[mt][qq]);
+      for (int k = 0; k < kEpilogueTiles; ++k) dst[8 * k] = __float2bfloat16_rn(hv[k]);
     }
   }
   cp_async_wait<0>();
