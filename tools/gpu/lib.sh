@@ -32,12 +32,14 @@ spec_label() {
 }
 
 # unique_labels SCRIPT SPEC...: fails (naming SCRIPT) when two specs share a label: their runs' JSONs
-# would overwrite each other's. Put their token counts in one spec.
+# would overwrite each other's. Put their token counts in one spec, or (two backends of one preset with
+# different token counts) give one spec an explicit activation: PRESET:TOKENS:BACKEND:W4A16 is labelled
+# PRESET-W4A16.
 unique_labels() {
   local script=$1 dup
   shift
   dup=$(for spec in "$@"; do spec_label "$spec"; done | sort | uniq -d | head -1)
-  [ -z "$dup" ] || { echo "$script: two specs share the label $dup (their JSONs would collide); merge their token lists" >&2; return 1; }
+  [ -z "$dup" ] || { echo "$script: two specs share the label $dup (their JSONs would collide); merge their token lists, or label one apart with an explicit :W4A16 (PRESET:TOKENS:BACKEND:W4A16)" >&2; return 1; }
 }
 
 # run_bench FP4MOE SPEC JSON LOG [VAR=VALUE...]: `FP4MOE bench moe` of one PRESET:TOKENS[:BACKEND[:ACTIVATION]]
