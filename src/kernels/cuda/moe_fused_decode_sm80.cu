@@ -525,12 +525,6 @@ void check_problem(const MoeProblem& problem) {
                "fused decode: H and I above 32768 are not supported (int16 row indices)");
 }
 
-// Launch 1's grid and shared memory depend on each other: its item table holds the most items a CTA takes
-// (at most tk_cap token groups x row blocks, over the grid), and the table's size can lower the CTAs per
-// SM. From the shape's CTAs per SM down, the first count whose table fits its occupancy (the kernel's
-// shared-memory attribute is then set to that size); per_sm 0 when the shared memory exceeds the
-// device's (smem is then the size last tried, for the error message). Both instances of the shape count
-// (lower_occupancy).
 // Sets the shared-memory attribute of a shape's two instances (with the scale table and table-free: which
 // one runs depends on the weights, FusedDecodeWeights) and returns the lower of their occupancies.
 template <typename Kernel>
@@ -546,6 +540,12 @@ int lower_occupancy(const Kernel (&instances)[2], int threads, size_t smem) {
   return occupancy;
 }
 
+// Launch 1's grid and shared memory depend on each other: its item table holds the most items a CTA takes
+// (at most tk_cap token groups x row blocks, over the grid), and the table's size can lower the CTAs per
+// SM. From the shape's CTAs per SM down, the first count whose table fits its occupancy (the kernel's
+// shared-memory attribute is then set to that size); per_sm 0 when the shared memory exceeds the
+// device's (smem is then the size last tried, for the error message). Both instances of the shape count
+// (lower_occupancy).
 struct Gemm1Size {
   int per_sm = 0, item_cap = 0;
   size_t smem = 0;

@@ -123,8 +123,8 @@ struct FusedDecodePlan {
   // form, which gives the same bits.
   bool table_scales_forced = false;
   // Chunks of 1..kFusedDecodeGemm2FewFrom - 1 tokens take launch 2's table-free instance only where it
-  // keeps the one-token register fit beside launch 1's table-free one-token shape (fused_decode_register_fit):
-  // on sm_90a it takes 89 registers against the table's 85, and 2 x 120 + 3 x 96 exceed a sub-partition.
+  // keeps the one-token register fit beside launch 1's table-free one-token shape (fused_decode_register_fit).
+  // On sm_90a it fits since r32 (85 registers: 2 x 120 + 3 x 88 of 512); at r31's 89 it did not (3 x 96).
   bool gemm2_latency_table_free = false;
 };
 
