@@ -49,7 +49,10 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   int16_t* sorted = reinterpret_cast<int16_t*>(smem + L.sorted);
   int16_t* sorted_token = reinterpret_cast<int16_t*>(smem + L.sorted_token);
   float* slot_factor = reinterpret_cast<float*>(smem + L.slot_factor);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // The warp index through a shuffle (the identity): ptxas cannot recompute it from %tid.x, so the ring's
+  // bounds (LaneRing) stay in registers instead of being rebuilt from an S2R in every unit step.
+  const int warp = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x / 32), 0);
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int T = p.tokens, K = p.top_k;
 
   if constexpr (!kTableFree)
