@@ -4,10 +4,10 @@
 // normal code (0x08..0x7E: exponent 1..15, not NaN) those bf16 bits are the code's exponent and mantissa
 // moved into bf16's fields with the exponent bias adjusted (e - 7 + 117 + 127 = e + 237): (code << 4) +
 // kNormalScaleBf16Bias. A kernel builds two of them with two integer operations (a byte permute placing
-// the codes in the low bytes of the two halves, then a multiply-add; each bf16x2 multiply takes one half
-// for both lanes, sm80::bf16x2_mul_by_half) instead of a shift, a mask and a shared-memory load each, but
-// only for experts whose every scale is such a code: zero, subnormal, negative and NaN codes need the
-// table. Host and device (C++17: the .cu files include it).
+// the codes in the low bytes of the two halves, then a multiply-add: sm80::normal_scale_pair_bf16x2; each
+// bf16x2 multiply takes one half for both lanes, sm80::bf16x2_mul_by_half) instead of a shift, a mask
+// and a shared-memory load each, but only for experts whose every scale is such a code: zero, subnormal,
+// negative and NaN codes need the table. Host and device (C++17: the .cu files include it).
 #pragma once
 #include <cstdint>
 

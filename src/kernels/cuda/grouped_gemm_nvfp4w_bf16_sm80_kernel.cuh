@@ -45,7 +45,6 @@
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/programmatic_launch.cuh"
 #include "kernels/cuda/common/static_count.cuh"
-#include "kernels/cuda/e4m3_scale_bits.h"
 #include "kernels/cuda/grouped_gemm_nvfp4w_bf16_sm80.h"
 #include "kernels/cuda/nvfp4_decode_layout.h"
 #include "kernels/cuda/nvfp4_device.cuh"
@@ -59,6 +58,7 @@ using sm80::cp_async16_if;
 using sm80::cp_async_commit;
 using sm80::cp_async_wait;
 using sm80::mma_bf16;
+using sm80::normal_scale_pair_bf16x2;
 using sm80::nvfp4_qdq_h_quad_blocks;
 using sm80::scale_lut_entry;
 using sm80::smem_addr;
@@ -425,11 +425,11 @@ __global__ void __launch_bounds__(block_threads(kConfigs[CFG], WARP_SPLIT), min_
         uint32_t v[4];
         decode_word(word, v);
         if constexpr (NORMAL_SCALES) {
-          // Codes s % 4 and its neighbour (steps s and s ^ 1) into the low bytes of the two halves, then
-          // (code << 4) + bias: one byte permute and multiply-add per two steps (the same expression in
-          // both, computed once); each step's multiply takes its half (bf16x2_mul_by_half).
-          const uint32_t pair = __byte_perm(codes, 0u, (s % 4) < 2 ? 0x4140u : 0x4342u) * 16u +
-                                kNormalScaleBf16Bias * 0x10001u;
+          // Codes s % 4 and its neighbour (steps s and s ^ 1) in the two halves: one byte permute and
+          // multiply-add per two steps (the same expression in both, computed once); each step's multiply
+          // takes its half (bf16x2_mul_by_half).
+          const uint32_t pair =
+              (s % 4) < 2 ? normal_scale_pair_bf16x2<0>(codes) : normal_scale_pair_bf16x2<2>(codes);
           if (s & 1) {
             b0 = bf16x2_mul_by_half<true>(v[2], pair);
             b1 = bf16x2_mul_by_half<true>(v[3], pair);

@@ -10,7 +10,6 @@
 
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/programmatic_launch.cuh"
-#include "kernels/cuda/e4m3_scale_bits.h"
 #include "kernels/cuda/nvfp4_decode_layout.h"
 
 namespace fp4moe::fused_decode {
@@ -20,6 +19,7 @@ using sm80::bf16x2_mul_by_half;
 using sm80::cp_async16;
 using sm80::cp_async4;
 using sm80::mma_bf16;
+using sm80::normal_scale_pair_bf16x2;
 
 // 32 activations of one token for this lane's columns [col0, col0 + 32) of a chunk as 16 bf16x2 words
 // (word i = columns 2i, 2i+1). Lanes without a token (mma column g past the item's tokens) load a valid
@@ -70,9 +70,8 @@ struct BlockScales {
   uint32_t rows_g[kTableFree ? 1 : 2], rows_g8[kTableFree ? 1 : 2];  // [block], or both blocks' halves
   __device__ __forceinline__ BlockScales(uint32_t codes, const uint32_t* lut) {
     if constexpr (kTableFree) {
-      constexpr uint32_t kBias = kNormalScaleBf16Bias * 0x10001u;
-      rows_g[0] = __byte_perm(codes, 0u, 0x4140u) * 16u + kBias;  // codes 0 and 1 in the low bytes of the halves
-      rows_g8[0] = __byte_perm(codes, 0u, 0x4342u) * 16u + kBias;
+      rows_g[0] = normal_scale_pair_bf16x2<0>(codes);
+      rows_g8[0] = normal_scale_pair_bf16x2<2>(codes);
     } else {
 #pragma unroll
       for (int kb = 0; kb < 2; ++kb) {

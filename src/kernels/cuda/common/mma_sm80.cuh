@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/e4m3_scale_bits.h"
 #include "kernels/cuda/nvfp4_decode_layout.h"
 #include "kernels/cuda/nvfp4_device.cuh"
 
@@ -56,6 +57,15 @@ __device__ __forceinline__ uint32_t bf16x2_mul_by_half(uint32_t a, uint32_t b) {
   const __nv_bfloat162 half = kHigh ? __high2bfloat162(pair) : __low2bfloat162(pair);
   __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), half);
   return *reinterpret_cast<uint32_t*>(&r);
+}
+// E4M3 codes kFirst and kFirst + 1 of the word `codes` (positive normal codes only: e4m3_scale_bits.h)
+// as bf16(scale * 2^117) in the low and the high half: a byte permute placing each code in its half's low
+// byte, then (code << 4) + bias, one multiply-add for both. Each half is taken with bf16x2_mul_by_half.
+template <int kFirst>
+__device__ __forceinline__ uint32_t normal_scale_pair_bf16x2(uint32_t codes) {
+  static_assert(kFirst == 0 || kFirst == 2, "the word's codes 0 and 1, or 2 and 3");
+  constexpr uint32_t kSelector = 0x4040u + 0x0100u * (kFirst + 1) + kFirst;  // 0x4140 or 0x4342
+  return __byte_perm(codes, 0u, kSelector) * 16u + kNormalScaleBf16Bias * 0x10001u;
 }
 // E4M3 code -> bf16x2(scale * 2^117); exact for all codes (scale * 2^117 is in [2^108, 2^126)).
 __device__ __forceinline__ uint32_t scale_lut_entry(uint32_t code) {
