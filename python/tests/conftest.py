@@ -31,3 +31,30 @@ def cuda_torch_or_skip():
     if not fp4moe.build_info()["cuda"]:
         pytest.skip("this fp4moe build has no CUDA (built with FP4MOE_CUDA=OFF or without nvcc)")
     return torch
+
+
+def cuda_backends():
+    """The CUDA serving backends of this build, most preferred first (empty in a CPU-only build): the
+    CUDA tests run on each, as the C++ backend suite does."""
+    import fp4moe
+    return fp4moe.backend_ids()
+
+
+def cuda_backend_params():
+    """cuda_backends() for pytest.mark.parametrize; in a build without CUDA backends one parameter that
+    skips with that reason (instead of pytest's bare "got empty parameter set")."""
+    return cuda_backends() or [pytest.param(None, marks=pytest.mark.skip(
+        reason="this fp4moe build has no CUDA backends (built with FP4MOE_CUDA=OFF or without nvcc)"))]
+
+
+def cuda_layer_or_skip(make, backend):
+    """make() builds a MoeLayer on `backend`. A backend whose support check says this GPU has the wrong
+    architecture (e.g. cuda.sm90.prefill.v1 on an SM80 part: "needs SM ...") skips with that reason; any
+    other refusal (a shape it should take, bad weights) is a failure."""
+    import fp4moe
+    try:
+        return make()
+    except fp4moe.Error as error:
+        if "does not support" in str(error) and "needs SM" in str(error):
+            pytest.skip(f"{backend} cannot run on this GPU: {error}")
+        raise

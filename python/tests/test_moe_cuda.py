@@ -1,14 +1,15 @@
 """MoeLayer on CUDA (torch tensors) against the same layer on cpu.reference.v1: the budgets of
 src/qualify/tolerances.h (W4A16: normalized error <= 3e-3, every token row <= 1e-2; W4A4: 1e-2 and
-5e-2), determinism, the caller's stream, CUDA-graph capture, and the verdict-driven backend choice.
-Skips without torch, a CUDA device or a CUDA build of fp4moe."""
+5e-2), determinism, the caller's stream, CUDA-graph capture (each on every CUDA serving backend of the
+build), and the verdict-driven backend choice. Skips without torch, a CUDA device or a CUDA build of
+fp4moe; a backend skips where its support check says the GPU's architecture cannot run it."""
 
 import numpy as np
 import pytest
 
 import fp4moe
 import oracle
-from conftest import cuda_torch_or_skip
+from conftest import cuda_backend_params, cuda_layer_or_skip, cuda_torch_or_skip
 
 F32 = np.float32
 H, I, E, K = 256, 256, 8, 2
@@ -42,14 +43,17 @@ def row_errors(got, want):
 
 
 @pytest.mark.parametrize("activation", ["W4A16", "W4A4"])
-def test_pipeline_backend_matches_cpu_reference(weights, activation):
+@pytest.mark.parametrize("backend", cuda_backend_params())
+def test_backend_matches_cpu_reference(weights, backend, activation):
     torch = cuda_torch_or_skip()
-    cuda = fp4moe.MoeLayer(**weights, top_k=K, activation=activation, device="cuda:0",
-                           backend="cuda.sm80.pipeline.v1", max_tokens=256)
+    cuda = cuda_layer_or_skip(lambda: fp4moe.MoeLayer(**weights, top_k=K, activation=activation, device="cuda:0",
+                                                      backend=backend, max_tokens=256), backend)
     host = fp4moe.MoeLayer(**weights, top_k=K, activation=activation, device="cpu", max_tokens=256)
-    assert cuda.backends == ["cuda.sm80.pipeline.v1"] and cuda.backend_source == "explicit"
+    assert cuda.backends == [backend] and cuda.backend_source == "explicit"
     rng = np.random.default_rng(3)
-    for tokens in (1, 5, 64, 256):
+    # 1 and 5 tokens take the fused decode's one-tile launch 2; 64, 65 (64 + 1) and 256 (4 x 64) its chunks.
+    for tokens in (1, 5, 64, 65, 256):
+        assert cuda.backend_for(tokens) == backend
         hidden = torch.from_numpy(rng.standard_normal((tokens, H)).astype(F32)).to("cuda", torch.bfloat16)
         logits = torch.from_numpy((rng.standard_normal((tokens, E)) * 2).astype(F32)).cuda()
         out = cuda(hidden, logits)
@@ -64,9 +68,11 @@ def test_pipeline_backend_matches_cpu_reference(weights, activation):
         assert torch.equal(cuda(hidden, logits), out)
 
 
-def test_runs_on_the_callers_stream_and_captures_in_a_cuda_graph(weights):
+@pytest.mark.parametrize("backend", cuda_backend_params())
+def test_runs_on_the_callers_stream_and_captures_in_a_cuda_graph(weights, backend):
     torch = cuda_torch_or_skip()
-    layer = fp4moe.MoeLayer(**weights, top_k=K, device="cuda", backend="cuda.sm80.pipeline.v1", max_tokens=64)
+    layer = cuda_layer_or_skip(lambda: fp4moe.MoeLayer(**weights, top_k=K, device="cuda", backend=backend,
+                                                       max_tokens=64), backend)
     hidden = torch.randn(32, H, device="cuda", dtype=torch.bfloat16)
     logits = torch.randn(32, E, device="cuda", dtype=torch.float32)
     eager = layer(hidden, logits)

@@ -11,7 +11,9 @@ Tolerances (docs/python.md):
   HF in bfloat16 (the block as deployed: weights rounded to BF16, BF16 activations, routing
   weights cast to BF16 before the combine): HF itself is ~2^-8 off per step, so normalized error
   <= 2e-2 and every row <= 5e-2.
-Skips without torch or transformers (with Qwen3.5-MoE); the CUDA case also without a GPU.
+Runs on the CPU oracle and on every CUDA serving backend of the build. Skips without torch or
+transformers (with Qwen3.5-MoE); the CUDA cases also without a GPU, and a backend where its support
+check says the GPU's architecture cannot run it.
 """
 
 import numpy as np
@@ -19,6 +21,7 @@ import pytest
 
 import fp4moe
 import oracle
+from conftest import cuda_backends, cuda_layer_or_skip
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 pytest.importorskip("transformers", reason="transformers is not installed")
@@ -63,9 +66,11 @@ def make_block(seed):
 
 
 def devices():
-    yield "cpu"
+    """(device, backend) pairs: the CPU oracle, and each CUDA serving backend where there is a GPU."""
+    yield "cpu", None
     if torch.cuda.is_available() and fp4moe.build_info()["cuda"]:
-        yield "cuda"
+        for backend in cuda_backends():
+            yield "cuda", backend
 
 
 def row_errors(got, want):
@@ -73,14 +78,15 @@ def row_errors(got, want):
     return d / np.maximum(np.sqrt(np.sum(want.astype(np.float64) ** 2, axis=1)), 1e-30)
 
 
-@pytest.mark.parametrize("device", list(devices()))
+@pytest.mark.parametrize("device,backend", list(devices()))
 @pytest.mark.parametrize("hf_dtype", ["float32", "bfloat16"])
-def test_matches_qwen3_5_moe_sparse_moe_block(device, hf_dtype):
+def test_matches_qwen3_5_moe_sparse_moe_block(device, backend, hf_dtype):
     torch.backends.cuda.matmul.allow_tf32 = False
     block, experts = make_block(seed=1)
     block = block.to(device=device, dtype=getattr(torch, hf_dtype))
-    layer = fp4moe.MoeLayer.from_modelopt(experts, top_k=K, device=device, max_tokens=T,
-                                          backend=None if device == "cpu" else "cuda.sm80.pipeline.v1")
+    make = lambda: fp4moe.MoeLayer.from_modelopt(experts, top_k=K, device=device, max_tokens=T, backend=backend)
+    layer = make() if device == "cpu" else cuda_layer_or_skip(make, backend)
+    assert layer.backend_for(T) == (backend or fp4moe.HOST_BACKEND)
     hidden = torch.randn(2, T // 2, H).to(torch.bfloat16).to(device)  # BF16 values, as the model has
     with torch.no_grad():
         want = block(hidden.to(block.gate.weight.dtype)).reshape(T, H).float().cpu().numpy()
