@@ -16,4 +16,14 @@ fi
 # Test oracles (independent implementations the tests compare against), and what the Python binding
 # builds and tests with (nanobind, scikit-build-core, pytest; docs/python.md).
 python3 -m pip install -q --disable-pip-version-check numpy ml_dtypes safetensors nanobind scikit-build-core pytest
+# With the CUDA toolkit: cuobjdump and nvdisasm for the SASS check of the built kernels
+# (tools/gpu/sass_odd_descriptors.py). Toolkits without them (nvcc only) get NVIDIA's PyPI packages of the
+# same major version.
+nvcc=$(command -v nvcc || true)
+[ -n "$nvcc" ] || { [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc; }
+if [ -n "$nvcc" ] && ! { [ -x "$(dirname "$nvcc")/cuobjdump" ] && [ -x "$(dirname "$nvcc")/nvdisasm" ]; }; then
+  major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+  [ -n "$major" ] || { echo "install_deps: cannot read the CUDA version from $nvcc --version" >&2; exit 1; }
+  python3 -m pip install -q --disable-pip-version-check "nvidia-cuda-cuobjdump==$major.*" "nvidia-cuda-nvdisasm==$major.*"
+fi
 echo "install_deps: done"

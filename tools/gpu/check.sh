@@ -50,11 +50,21 @@ if [ -n "$sm90a_lib" ] && command -v cuobjdump > /dev/null; then
   rm -f "$out/sass-sm90a.txt"
 fi
 
+# 1b'. SASS check of the CUDA kernels (every architecture built): no memory descriptor in an odd uniform
+#      register (ptxas 13.0 emitted such LDGSTS for cp.async with an L2 cache policy: illegal instruction
+#      at run time; tools/gpu/sass_odd_descriptors.py). CI runs the same scan (ctest kernels_sass_odd_descriptors).
+cuda_lib=$(find "$build/src/kernels" -name 'libfp4moe_kernels_cuda.a' | head -1)
+if [ -n "$cuda_lib" ] && command -v cuobjdump > /dev/null; then
+  t=$(now)
+  python3 tools/gpu/sass_odd_descriptors.py --cuobjdump "$(command -v cuobjdump)" "$cuda_lib" > "$out/sass-descriptors.txt" 2>&1
+  rc=$?
+  record "sass odd descriptors" "$([ $rc = 0 ] && echo ok || echo FAILED)" $(( $(now) - t )) "$(tail -1 "$out/sass-descriptors.txt")"
+fi
+
 # 1c. Registers per thread of the fused decode's kernels (informational): launch 1 has a register budget
 #     beside launch 2 (FusedDecodeRegisters.* judges it; docs/perf/2026-12-01-h200-r23.md), shown here so
 #     that a change sees its count before any timing. gemm1<shape,F>, gemm2<shape,O,F>: O = 1 the one-tile
 #     instance, F = 1 the table-free block scales.
-cuda_lib=$(find "$build/src/kernels" -name 'libfp4moe_kernels_cuda.a' | head -1)
 if [ -n "$cuda_lib" ] && command -v cuobjdump > /dev/null; then
   t=$(now)
   regs=$(cuobjdump -res-usage "$cuda_lib" 2>/dev/null | awk '

@@ -116,9 +116,9 @@ __device__ __noinline__ uint64_t prime_first_item_early(uint8_t* smem, uint32_t 
   const uint64_t offset = gemm1_item_w13_offset(expert, rb, MT, chunks, inter);
   // As the item cursor's weight_source(0) and issue() in launch 1.
   const uint8_t* src = w13 + offset + size_t(warp) * kDecodeBlockBytes + lane * 16;
-  LaneRing ring(ring_offset, warp, kStages1, MT * kDecodeBlockBytes, lane);
+  LaneRing ring(smem, ring_offset, warp, kStages1, MT * kDecodeBlockBytes, lane);
   for (int s = 0; s < kStages1 - 1; ++s) {
-    copy_lane_stage<MT>(smem, ring, src, tile_stride);
+    copy_lane_stage<MT, CopyAddress::kOpaque>(ring, src, tile_stride);
     src += kGemm1Warps * kDecodeBlockBytes;
     cp_async_commit();
     ring.fill = ring.next(ring.fill);
@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
     return p.w13 + items[i].w13_offset + size_t(warp) * kDecodeBlockBytes + lane * 16;
   };
   constexpr int kStageBytes = MT * kDecodeBlockBytes;
-  LaneRing ring(L.ring, warp, kStages1, kStageBytes, lane);
+  LaneRing ring(smem, L.ring, warp, kStages1, kStageBytes, lane);
   int fetch_item = 0;
   int fetch_chunk = 0;
   const uint8_t* fetch_src = weight_source(fetch_item);
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   // (prime_first_item_early), only the cursor moves.
   auto fetch_step = [&](bool copy) {
     if (fetch_src) {
-      if (copy) copy_lane_stage<MT>(smem, ring, fetch_src, tile_stride);
+      if (copy) copy_lane_stage<MT, CopyAddress::kOpaque>(ring, fetch_src, tile_stride);
       fetch_src += kGemm1Warps * kDecodeBlockBytes;
       if (++fetch_chunk == per_warp) {
         fetch_chunk = 0;

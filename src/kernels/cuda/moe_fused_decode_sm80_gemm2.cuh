@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   const int units = n_touched * chunks;
   const int u_begin = static_cast<int>(int64_t(units) * warp / kGemm2Warps);
   const int my_units = static_cast<int>(int64_t(units) * (warp + 1) / kGemm2Warps) - u_begin;
-  LaneRing ring(L.ring, warp, kStages2, kStageBytes, lane);
+  LaneRing ring(smem, L.ring, warp, kStages2, kStageBytes, lane);
   float* acc = acc_all + size_t(warp) * kAccTokens * kRows;  // [token][kRows rows]
   // Lane (g, t)'s h row for touched expert j: the row of the expert's slot g (or of its slot 0, see
   // load_activations), from column 32 t.
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kGemm2Shapes[kShape].warps * 32, kGemm2Shapes[
   int fetch_kc = 0, fetch_j = 0, fetch_left = 0;
   auto issue = [&]() {
     if (fetch_left > 0) {
-      copy_lane_stage<RT>(smem, ring, fetch_src, tile_stride);
+      copy_lane_stage<RT, CopyAddress::kPlain>(ring, fetch_src, tile_stride);
       fetch_src += kDecodeBlockBytes;
       if (--fetch_left > 0 && ++fetch_kc == chunks) {
         fetch_kc = 0;

@@ -1,8 +1,8 @@
 // The fused decode kernels' per-lane steps (moe_fused_decode_sm80.cu): activation loads (their W4A4
-// quantization is moe_fused_decode_sm80_w4a4.cuh), one chunk's decode + mma, the lane's copies and reads
-// of a weight block in the nvfp4_decode_layout.h layout, a flag's acquire (the programmatic-dependent-
-// launch hooks are common/programmatic_launch.cuh). Device code for SM80+; included by that one file,
-// split off to keep it readable.
+// quantization is moe_fused_decode_sm80_w4a4.cuh), one chunk's decode + mma, the lane's copies (evict-first
+// in L2) and reads of a weight block in the nvfp4_decode_layout.h layout, a flag's acquire (the
+// programmatic-dependent-launch hooks are common/programmatic_launch.cuh). Device code for SM80+; included
+// by that one file, split off to keep it readable.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -16,8 +16,6 @@ namespace fp4moe::fused_decode {
 
 using sm80::bf16x2_mul;
 using sm80::bf16x2_mul_by_half;
-using sm80::cp_async16;
-using sm80::cp_async4;
 using sm80::mma_bf16;
 using sm80::normal_scale_pair_bf16x2;
 
@@ -130,41 +128,65 @@ struct LaneRing {
   int stage_bytes;
   int scale_delta;  // from the lane's first code byte of a block to its scale bytes: kDecodeScaleOffset - 12 lane
   uint32_t fill, read;
-  __device__ __forceinline__ LaneRing(size_t ring_offset, int warp, int stages, int stage_bytes_, int lane)
+  uint32_t copy_base;    // the shared-window address of `smem`
+  uint32_t opaque_zero;  // 0, from a shuffle: ptxas cannot prove it uniform (copy_lane_stage says why)
+  // The whole warp constructs it (opaque_zero is a shuffle).
+  __device__ __forceinline__ LaneRing(const uint8_t* smem, size_t ring_offset, int warp, int stages, int stage_bytes_,
+                                      int lane)
       : begin(static_cast<uint32_t>(ring_offset + size_t(warp) * stages * stage_bytes_) + 16u * lane),
         end(begin + static_cast<uint32_t>(stages * stage_bytes_)),
         stage_bytes(stage_bytes_),
         scale_delta(kDecodeScaleOffset - 12 * lane),
         fill(begin),
-        read(begin) {}
+        read(begin),
+        copy_base(sm80::smem_addr(smem)),
+        opaque_zero(__shfl_sync(0xFFFFFFFFu, lane, lane) ^ static_cast<uint32_t>(lane)) {}
   __device__ __forceinline__ uint32_t next(uint32_t at) const {
     at += stage_bytes;
     return at == end ? begin : at;
   }
 };
 
-// Copies a lane's bytes of one layout block to shared memory at byte offset `dst` of `smem`: its 16 code
-// bytes of each row half (decode_code_offset) and its 4 scale bytes at kDecodeScaleOffset + 4 lane; `dst`
+// Copies a lane's bytes of one layout block to shared memory at shared-window address `at`: its 16 code
+// bytes of each row half (decode_code_offset) and its 4 scale bytes at kDecodeScaleOffset + 4 lane; `at`
 // and `src` are the lane's first code bytes (16 lane), so the scale bytes are `scale_delta` from there.
 // Each of the three copies of a warp covers contiguous bytes.
+// The weights are read once per layer, so their copies carry an L2 evict-first policy: they replace each
+// other in L2, not the layer's inputs, workspace and code (docs/perf/2026-12-06-h100-r36.md).
+// CUDA 13.0's ptxas miscompiles such a copy when it splits the shared address into a lane register plus a
+// uniform register: the LDGSTS gets its descriptor in an odd uniform register that nothing sets, and the
+// kernel dies with an illegal instruction (r35; the ptxas bug of triton-lang/triton#11660, fixed in 13.4).
+// tools/gpu/sass_odd_descriptors.py finds that form; ctest runs it on the built kernels.
 static_assert(decode_code_offset(1, 0) == 16 && decode_code_offset(0, 1) == kDecodeHalfBytes, "layout of the header");
-__device__ __forceinline__ void copy_lane_bytes(uint8_t* smem, uint32_t dst, const uint8_t* src, int scale_delta) {
-  cp_async16(smem + dst, src);
-  cp_async16(smem + dst + kDecodeHalfBytes, src + kDecodeHalfBytes);
-  cp_async4(smem + dst + scale_delta, src + scale_delta);
+__device__ __forceinline__ void copy_lane_bytes(uint32_t at, const uint8_t* src, int scale_delta) {
+  uint64_t evict_first;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(evict_first));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(at), "l"(src), "l"(evict_first));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(at + kDecodeHalfBytes),
+               "l"(src + kDecodeHalfBytes), "l"(evict_first));
+  asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 4, %2;\n" ::"r"(at + scale_delta),
+               "l"(src + scale_delta), "l"(evict_first));
 }
 // The lane's bytes of one ring stage (at ring.fill): `tiles` layout blocks, one after the other in the
 // stage and `tile_stride` bytes apart from `src` on in global memory (launches 1 and 2 hold 16-row tiles
 // of their weights, 1 or 2 per item).
-template <int tiles>
-__device__ __forceinline__ void copy_lane_stage(uint8_t* smem, const LaneRing& ring, const uint8_t* src,
-                                                size_t tile_stride) {
+// CopyAddress::kOpaque: the stage's address is an exclusive or with LaneRing::opaque_zero, which ptxas can
+// neither fold nor split, so no copy takes the miscompiled form (copy_lane_bytes). Launch 1 needs it: its
+// unrolled first stages are where ptxas split the address (a shuffled base alone did not stop it: the
+// warp's ring offset went to a uniform register again). Launch 2 compiles cleanly with kPlain, and its
+// one-tile instance has no register to spare (FusedDecodeRegisters: +3 with kOpaque, and launch 2 no
+// longer fits beside launch 1's last CTA; docs/perf/2026-12-06-h100-r36.md).
+enum class CopyAddress { kPlain, kOpaque };
+template <int tiles, CopyAddress address>
+__device__ __forceinline__ void copy_lane_stage(const LaneRing& ring, const uint8_t* src, size_t tile_stride) {
+  const uint32_t at = address == CopyAddress::kOpaque ? (ring.copy_base + ring.fill) ^ ring.opaque_zero
+                                                      : ring.copy_base + ring.fill;
 #pragma unroll
   for (int mt = 0; mt < tiles; ++mt)
-    copy_lane_bytes(smem, ring.fill + mt * kDecodeBlockBytes, src + mt * tile_stride, ring.scale_delta);
+    copy_lane_bytes(at + mt * kDecodeBlockBytes, src + mt * tile_stride, ring.scale_delta);
 }
-// The lane's two code quads and scale word of a block in shared memory (`at` and `scale_delta` as in
-// copy_lane_bytes).
+// The lane's two code quads and scale word of a block in shared memory (`at`: a byte offset into `smem`;
+// `scale_delta` as in copy_lane_bytes).
 struct LaneBlock {
   uint4 row0, row1;
   uint32_t scales;
