@@ -20,7 +20,7 @@ python3 -m pip install -q --disable-pip-version-check numpy ml_dtypes safetensor
 # (tools/gpu/sass_odd_descriptors.py). Toolkits without them (nvcc only) get NVIDIA's PyPI packages of the
 # same major version.
 nvcc=$(command -v nvcc || true)
-[ -n "$nvcc" ] || { [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc; }
+if [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ]; then nvcc=/usr/local/cuda/bin/nvcc; fi
 if [ -n "$nvcc" ] && ! { [ -x "$(dirname "$nvcc")/cuobjdump" ] && [ -x "$(dirname "$nvcc")/nvdisasm" ]; }; then
   major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
   [ -n "$major" ] || { echo "install_deps: cannot read the CUDA version from $nvcc --version" >&2; exit 1; }
