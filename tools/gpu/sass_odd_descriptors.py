@@ -20,26 +20,19 @@ import re
 import subprocess
 import sys
 
-FUNCTION = re.compile(r"Function : (\S+)|\.text\.(\S+):")
-INSTRUCTION = re.compile(r"/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Za-z0-9_.]*)\s*(.*?)\s*;")
+from sass_hgmma_hazards import parse  # the SASS parser of the HGMMA hazard scan (same folder)
+
 DESCRIPTOR = re.compile(r"\bdesc\[UR(\d+)\]")
 
 
 def scan(lines):
-    """Returns (descriptor_uses, odd) where odd lists (function, instruction) pairs."""
-    function, uses, odd = "?", 0, []
-    for line in lines:
-        header = FUNCTION.search(line)
-        if header:
-            function = header.group(1) or header.group(2)
-            continue
-        instruction = INSTRUCTION.search(line)
-        if not instruction:
-            continue
-        for register in DESCRIPTOR.findall(instruction.group(2)):
+    """Returns (descriptor_uses, odd) where odd lists (function, instruction line) pairs."""
+    uses, odd = 0, []
+    for function, _, _, operands, line in parse(lines):
+        for register in DESCRIPTOR.findall(operands):
             uses += 1
             if int(register) % 2:
-                odd.append((function, instruction.group(0)))
+                odd.append((function, line))
     return uses, odd
 
 
