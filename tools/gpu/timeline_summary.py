@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Summarizes the fused decode's launch timelines: the stamp file that FP4MOE_FD_TIMELINE=FILE makes
 `fp4moe bench moe` write in a build with a timeline diagnostic patch (tools/gpu/timeline.sh; each line:
-tokens, launch 0|1, CTA, SM, then 16 globaltimer stamps of the CTA's thread 0, 0 where not stamped).
+tokens, launch 0|1, CTA, SM, then the patch's globaltimer stamps of the CTA's thread 0, at least 16, 0
+where not stamped).
 A patch's summarizer (docs/perf/*-timeline.py) names its stamp slots and calls summarize(); the
 per-slot percentiles, launch 1's last exit, its exits by item count and launch 2's span are the same
 for every patch. Records before r34 carry their own copies of this code.
 Usage (from a patch's summarizer): summarize(FILE, LABEL, names, order)"""
 import collections
 
-STAMPS = 16
+STAMPS = 16  # the fewest a patch writes (r37's probe patch writes 18)
 
 
 def read_stamps(path):
@@ -18,7 +19,7 @@ def read_stamps(path):
         f = line.split()
         if len(f) < 4 + STAMPS:
             continue
-        rows[int(f[0])].append((int(f[1]), int(f[2]), int(f[3]), [int(x) for x in f[4:4 + STAMPS]]))
+        rows[int(f[0])].append((int(f[1]), int(f[2]), int(f[3]), [int(x) for x in f[4:]]))
     return rows
 
 
@@ -31,7 +32,7 @@ def summarize(path, label, names, order, exit1=11, item_slots=(8, 9, 10), wait2=
         print(f"== T={T} {label}  CTAs: launch1 {sum(1 for r in rs if r[0] == 0)}, launch2 {sum(1 for r in rs if r[0] == 1)}")
         for k in (0, 1):
             for i in order[k]:
-                v = sorted((s[i] - t0) / 1000 for kk, c, sm, s in rs if kk == k and s[i])
+                v = sorted((s[i] - t0) / 1000 for kk, c, sm, s in rs if kk == k and i < len(s) and s[i])
                 if not v:
                     continue
                 q = lambda p: v[min(len(v) - 1, int(p * len(v)))]
