@@ -154,22 +154,32 @@ def self_test():
     return 0
 
 
+def scan_files(paths, scan_lines, tool):
+    """Sums scan_lines(lines) -> (count, findings) over the SASS files at `paths` (also the odd-descriptor
+    scan's); None, after a message naming the file, when one cannot be read."""
+    total, found = 0, []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                count, findings = scan_lines(f)
+        except OSError as e:
+            print(f"{tool}: cannot read {path}: {e}", file=sys.stderr)
+            return None
+        total += count
+        found += findings
+    return total, found
+
+
 def main(argv):
     if argv == ["--self-test"]:
         return self_test()
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    total, found = 0, []
-    for path in argv:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                count, hazards = scan(f)
-        except OSError as e:
-            print(f"sass_hgmma_hazards: cannot read {path}: {e}", file=sys.stderr)
-            return 2
-        total += count
-        found += hazards
+    scanned = scan_files(argv, scan, "sass_hgmma_hazards")
+    if scanned is None:
+        return 2
+    total, found = scanned
     for function, line in found[:20]:
         print(f"HAZARD in {function}: {line}")
     print(f"HGMMA instructions: {total}; writes to in-flight A registers: {len(found)}")

@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 
-from sass_hgmma_hazards import parse  # the SASS parser of the HGMMA hazard scan (same folder)
+from sass_hgmma_hazards import parse, scan_files  # the HGMMA hazard scan's SASS parser and file loop
 
 DESCRIPTOR = re.compile(r"\bdesc\[UR(\d+)\]")
 
@@ -86,17 +86,8 @@ def main(argv):
     if not argv or argv[0].startswith("--"):
         print(__doc__, file=sys.stderr)
         return 2
-    uses, odd = 0, []
-    for path in argv:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                file_uses, file_odd = scan(f)
-        except OSError as e:
-            print(f"sass_odd_descriptors: cannot read {path}: {e}", file=sys.stderr)
-            return 2
-        uses += file_uses
-        odd += file_odd
-    return report(uses, odd)
+    scanned = scan_files(argv, scan, "sass_odd_descriptors")
+    return 2 if scanned is None else report(*scanned)
 
 
 if __name__ == "__main__":
