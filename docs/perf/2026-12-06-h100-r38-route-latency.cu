@@ -13,24 +13,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <random>
 #include <vector>
 
+#include "common/error.h"
+#include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/moe_route_device.cuh"
 
 using namespace fp4moe;
 using namespace fp4moe::route_device;
-
-#define CHECK(x)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);   \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 constexpr int kIters = 4096, kRows = 64;
 
@@ -86,7 +77,7 @@ struct Config {
   int method, E, K, n_group, topk_group;
 };
 
-int main() {
+static int run() {
   const Config configs[] = {
       {"Qwen3.5 softmax_topk_renorm E512 K10", int(RoutingMethod::kSoftmaxTopkRenorm), 512, 10, 1, 1},
       {"Qwen3.5-35B softmax_topk_renorm E256 K8", int(RoutingMethod::kSoftmaxTopkRenorm), 256, 8, 1, 1},
@@ -109,21 +100,21 @@ int main() {
     float *d_logits, *d_bias;
     long long* d_cycles;
     int* d_ids;
-    CHECK(cudaMalloc(&d_logits, logits.size() * 4));
-    CHECK(cudaMalloc(&d_bias, bias.size() * 4));
-    CHECK(cudaMalloc(&d_cycles, kIters * sizeof(long long)));
-    CHECK(cudaMalloc(&d_ids, size_t(kIters) * c.K * 4));
-    CHECK(cudaMemcpy(d_logits, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(d_bias, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_CHECK(cudaMalloc(&d_logits, logits.size() * 4));
+    FP4MOE_CUDA_CHECK(cudaMalloc(&d_bias, bias.size() * 4));
+    FP4MOE_CUDA_CHECK(cudaMalloc(&d_cycles, kIters * sizeof(long long)));
+    FP4MOE_CUDA_CHECK(cudaMalloc(&d_ids, size_t(kIters) * c.K * 4));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(d_logits, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(d_bias, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
     RouteParams p{d_logits, d_bias, nullptr, nullptr, kRows, c.E, c.K, c.method, c.n_group, c.topk_group, 2.5f, true};
     for (int weights_needed = 0; weights_needed < 2; ++weights_needed) {
       route_kernel<<<1, 32>>>(p, kIters, weights_needed != 0, d_cycles, d_ids);
-      CHECK(cudaGetLastError());
-      CHECK(cudaDeviceSynchronize());
+      FP4MOE_CUDA_CHECK(cudaGetLastError());
+      FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
       std::vector<long long> cycles(kIters);
       std::vector<int> ids(size_t(kIters) * c.K);
-      CHECK(cudaMemcpy(cycles.data(), d_cycles, kIters * sizeof(long long), cudaMemcpyDeviceToHost));
-      CHECK(cudaMemcpy(ids.data(), d_ids, ids.size() * 4, cudaMemcpyDeviceToHost));
+      FP4MOE_CUDA_CHECK(cudaMemcpy(cycles.data(), d_cycles, kIters * sizeof(long long), cudaMemcpyDeviceToHost));
+      FP4MOE_CUDA_CHECK(cudaMemcpy(ids.data(), d_ids, ids.size() * 4, cudaMemcpyDeviceToHost));
       int mismatches = -1;  // not checked (sigmoid_grouped_topk: tests/kernels/cuda/test_moe_route_permute.cpp)
       if (c.method != int(RoutingMethod::kSigmoidGroupedTopk)) {
         mismatches = 0;
@@ -140,21 +131,30 @@ int main() {
                   c.name, weights_needed, warm[warm.size() / 2], warm[warm.size() / 10], warm[warm.size() * 9 / 10],
                   cycles[0], cycles[1], cycles[2], mismatches);
     }
-    CHECK(cudaFree(d_logits));
-    CHECK(cudaFree(d_bias));
-    CHECK(cudaFree(d_cycles));
-    CHECK(cudaFree(d_ids));
+    FP4MOE_CUDA_CHECK(cudaFree(d_logits));
+    FP4MOE_CUDA_CHECK(cudaFree(d_bias));
+    FP4MOE_CUDA_CHECK(cudaFree(d_cycles));
+    FP4MOE_CUDA_CHECK(cudaFree(d_ids));
   }
   long long* d_out;
   unsigned* d_sink;
-  CHECK(cudaMalloc(&d_out, 3 * sizeof(long long)));
-  CHECK(cudaMalloc(&d_sink, 32 * sizeof(unsigned)));
+  FP4MOE_CUDA_CHECK(cudaMalloc(&d_out, 3 * sizeof(long long)));
+  FP4MOE_CUDA_CHECK(cudaMalloc(&d_sink, 32 * sizeof(unsigned)));
   for (int pass = 0; pass < 2; ++pass) chain_kernel<<<1, 32>>>(1000, d_out, d_sink);
-  CHECK(cudaGetLastError());
-  CHECK(cudaDeviceSynchronize());
+  FP4MOE_CUDA_CHECK(cudaGetLastError());
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   long long c3[3];
-  CHECK(cudaMemcpy(c3, d_out, sizeof c3, cudaMemcpyDeviceToHost));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(c3, d_out, sizeof c3, cudaMemcpyDeviceToHost));
   std::printf("cycles per link (incl. one add): redux.max %.1f, ballot %.1f, shfl %.1f\n", c3[0] / 1000.0,
               c3[1] / 1000.0, c3[2] / 1000.0);
   return 0;
+}
+
+int main() {
+  try {
+    return run();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "route_latency: %s\n", e.what());
+    return 1;
+  }
 }
