@@ -1,7 +1,7 @@
-// DIAGNOSTIC r38 (prepared for r39, not run): cycles of one warp's routing of one token through
-// route_token_warp (kernels/cuda/moe_route_device.cuh), warm, in isolation: one warp, 4096 calls over 64
-// logits rows (L1-resident after the first pass), clock64 around each call. Build it against a tree's
-// headers, e.g. main and a copy with a candidate patch applied, and compare the medians:
+// DIAGNOSTIC r38 (run in r39: docs/perf/2026-12-06-h200-r39-route-latency.txt): cycles of one warp's
+// routing of one token through route_token_warp (kernels/cuda/moe_route_device.cuh), warm, in isolation:
+// one warp, 4096 calls over 64 logits rows (L1-resident after the first pass), clock64 around each call.
+// Build it against a tree's headers, e.g. main and a copy with a candidate patch applied, and compare the medians:
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I<tree>/src THIS.cu -o /tmp/route_latency
 // Prints per routing config and weights_needed: median / p10 / p90 cycles, the first three calls of the
 // launch, and (softmax methods) the ids' mismatches against a CPU top-k in the reference order (score
