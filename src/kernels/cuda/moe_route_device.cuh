@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/cuda/route_score_key.h"
 #include "kernels/moe_problem.h"
 
 namespace fp4moe {
@@ -36,15 +37,7 @@ struct RouteParams {  // logits/bias: device; ids/weights: the routing kernel's 
 
 inline constexpr int kExpertsPerLane = kMaxExperts / 32;
 
-// A score's ordered bits: a larger value is a better score in the CPU reference's order on finite
-// scores (-0 == +0). NaN maps to 1: below -inf (0x007FFFFF) but still a candidate, as in the reference;
-// 0 means "no candidate" (excluded, or past E). Only negative NaNs would otherwise land below -inf.
-__device__ __forceinline__ uint32_t ordered_score_bits(float score) {
-  uint32_t bits = __float_as_uint(score);
-  if (bits == 0x80000000u) bits = 0;                        // -0 ties with +0, as the float compare
-  bits = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;  // unsigned order = float order
-  return score != score ? 1u : bits;
-}
+// ordered_score_bits (route_score_key.h): the key each round compares.
 
 // Selection key of candidate (score, index): ordered bits, then the lower index. index < 2^31 - 1.
 __device__ __forceinline__ uint64_t selection_key(float score, int index) {
@@ -155,7 +148,10 @@ inline __device__ __noinline__ float route_weight(int method, int top_k, int E, 
 
 // The selection of one token, for lanes holding kLaneExperts experts each (lane + 32 j, j < kLaneExperts;
 // E <= 32 kLaneExperts): stages the logits in `value` (and sigmoid_grouped_topk's scores in `score`) and
-// runs the top-k rounds; returns lane k's selected expert for k < K (-1: none; -1 on the other lanes).
+// runs the top-k rounds on them in registers; returns lane k's selected expert for k < K (-1: none; -1 on
+// the other lanes). Staging even where the caller needs the experts alone: skipping it (r38's patch) gave
+// ptxas room to allocate the fused decode's launch 1 differently, and its shape-1 K loops grew by 4 and 7
+// instructions (Qwen3-30B 1.2 % slower; docs/perf/2026-12-06-h200-r39.md).
 // One instance per size, so that a round's tree max and exclusion masks cover only the experts there are
 // (E = 512: 16 per lane, half of kExpertsPerLane), and out of line, so that a kernel fetches the code of
 // the one it runs. By value: no kernel-parameter copies. H200, one token, against one 32-expert instance
@@ -166,16 +162,25 @@ __device__ __noinline__ int select_top_k(const float* row, const float* bias, in
                                          int topk_group, float* score, float* value, int lane) {
   static_assert(kLaneExperts >= 1 && kLaneExperts <= kExpertsPerLane, "32 lane-strided experts at most");
   // The logits first, all loads in flight together (a load-use loop would wait one memory latency per
-  // few experts), staged in `value` (the weights read other lanes' experts there).
+  // few experts). Where E fills every lane's experts (E = 32 kLaneExperts: every preset's E), the loads
+  // need no bounds checks. The 32-expert instance (E above 512) keeps them: without, it took 121
+  // registers and launch 1's one-token twin 124, past the fused decode's register fit (r38, sm_90a).
   float logits[kLaneExperts];
+  if (kLaneExperts < kExpertsPerLane && E == 32 * kLaneExperts) {
 #pragma unroll
-  for (int j = 0; j < kLaneExperts; ++j) logits[j] = lane + 32 * j < E ? row[lane + 32 * j] : 0.0f;
+    for (int j = 0; j < kLaneExperts; ++j) logits[j] = row[lane + 32 * j];
+  } else {
+#pragma unroll
+    for (int j = 0; j < kLaneExperts; ++j) logits[j] = lane + 32 * j < E ? row[lane + 32 * j] : 0.0f;
+  }
+  // Staged in `value`: the weights read other lanes' experts there.
 #pragma unroll
   for (int j = 0; j < kLaneExperts; ++j)
     if (lane + 32 * j < E) value[lane + 32 * j] = logits[j];
   // This lane's experts' ordered bits, in registers (fully unrolled: static indices): bits[j] is
-  // expert lane + 32 j, 0 past E. Softmax methods select on the logits themselves (no shared-memory
-  // round trip); sigmoid_grouped_topk on fp32(sigmoid) + bias, also kept in `score` for the group sums.
+  // expert lane + 32 j, 0 past E (an arithmetic mask, no predicate). Softmax methods select on the logits
+  // themselves (no shared-memory round trip); sigmoid_grouped_topk on fp32(sigmoid) + bias, also kept in
+  // `score` for the group sums.
   uint32_t bits[kLaneExperts];
   if (sigmoid) {
     sigmoid_scores(bias, E, lane, score, value);
@@ -183,7 +188,8 @@ __device__ __noinline__ int select_top_k(const float* row, const float* bias, in
     for (int j = 0; j < kLaneExperts; ++j) bits[j] = lane + 32 * j < E ? ordered_score_bits(score[lane + 32 * j]) : 0u;
   } else {
 #pragma unroll
-    for (int j = 0; j < kLaneExperts; ++j) bits[j] = lane + 32 * j < E ? ordered_score_bits(logits[j]) : 0u;
+    for (int j = 0; j < kLaneExperts; ++j)
+      bits[j] = ordered_score_bits(logits[j]) & static_cast<uint32_t>((lane + 32 * j - E) >> 31);
   }
   __syncwarp();  // `value` (and `score`) complete before any lane reads another lane's experts
 
@@ -193,7 +199,8 @@ __device__ __noinline__ int select_top_k(const float* row, const float* bias, in
   uint32_t out = sigmoid && n_group > 1 ? grouped_exclusions(score, E, n_group, topk_group, lane) : 0u;
 
   // Top-k: K rounds. A lane's best is a tree max over its bits (lower j, the lower expert, wins ties);
-  // the warp's is the max bits, then the lowest expert index among the lanes holding them.
+  // the warp's is the max bits, then the lowest expert index among the lanes holding them. The winner is
+  // the lane whose own candidate index is that minimum (indices are distinct): one compare.
   int my_id = -1;  // lane k < K keeps slot k
   for (int k = 0; k < K; ++k) {
     uint32_t best_bits[kLaneExperts];
@@ -212,11 +219,10 @@ __device__ __noinline__ int select_top_k(const float* row, const float* bias, in
       }
     }
     const uint32_t top = __reduce_max_sync(0xFFFFFFFFu, best_bits[0]);
-    const uint32_t index =
-        __reduce_min_sync(0xFFFFFFFFu, best_bits[0] == top ? static_cast<uint32_t>(lane + 32 * best_j[0]) : 0xFFFFFFFFu);
-    const int best_index = top == 0 ? -1 : static_cast<int>(index);
-    if (lane == k) my_id = best_index;
-    if (best_index >= 0 && best_index % 32 == lane) out |= 1u << best_j[0];
+    const uint32_t candidate = best_bits[0] == top ? static_cast<uint32_t>(lane + 32 * best_j[0]) : 0xFFFFFFFFu;
+    const uint32_t index = __reduce_min_sync(0xFFFFFFFFu, candidate);
+    if (lane == k) my_id = top == 0 ? -1 : static_cast<int>(index);
+    if (top != 0 && candidate == index) out |= 1u << best_j[0];
   }
   return my_id;
 }
