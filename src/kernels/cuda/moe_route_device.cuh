@@ -150,8 +150,11 @@ inline __device__ __noinline__ float route_weight(int method, int top_k, int E, 
 // E <= 32 kLaneExperts): stages the logits in `value` (and sigmoid_grouped_topk's scores in `score`) and
 // runs the top-k rounds on them in registers; returns lane k's selected expert for k < K (-1: none; -1 on
 // the other lanes). Staging even where the caller needs the experts alone: skipping it (r38's patch) gave
-// ptxas room to allocate the fused decode's launch 1 differently, and its shape-1 K loops grew by 4 and 7
-// instructions (Qwen3-30B 1.2 % slower; docs/perf/2026-12-06-h200-r39.md).
+// ptxas room to allocate the fused decode's launch 1 differently, and its 32-row K loops grew by 4 and 7
+// instructions (Qwen3-30B 1.2 % slower; docs/perf/2026-12-06-h200-r39.md). The keys without compares,
+// the unbounded loads and the one-compare winner (r38-r40): the routing alone 17 % fewer cycles at E = 512
+// and 256 (r39); with the logits staged, the fused decode 0.996-1.000 at 1-8 tokens on three models (H100), none
+// slower (docs/perf/2026-12-06-h100-r40.md).
 // One instance per size, so that a round's tree max and exclusion masks cover only the experts there are
 // (E = 512: 16 per lane, half of kExpertsPerLane), and out of line, so that a kernel fetches the code of
 // the one it runs. By value: no kernel-parameter copies. H200, one token, against one 32-expert instance
