@@ -3,7 +3,8 @@
 // is the floor of any fused decode design that streams the experts once; issue 5's target is 21 us.
 // Ran in r40 on an H100 in its first form (docs/perf/2026-12-06-h100-r40-stream-floor.txt): the ~1 GB
 // contiguous read and the variants one (n = 10), two and two-pdl, the same code paths as here. This form adds the
-// n sweep, interleaved, bulk and empty (prepared, not run: the session's device time ran out).
+// n sweep, interleaved, bulk, empty and the chained variants (prepared, not run: the session's device time
+// ran out).
 // Standalone (no fp4moe headers):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a THIS.cu -o /tmp/stream_floor && /tmp/stream_floor
 // (~1 min on the device, 3.6 GB of GPU memory)
@@ -22,6 +23,9 @@
 //   two          W13 parts (47.2 MB) in launch 1, W2 parts (23.6 MB) in launch 2, ordinary launches
 //   two-pdl      launch 2 programmatic (SM90): it starts on SMs launch 1 leaves, primes its ring, then
 //                waits (griddepcontrol.wait) as the fused decode's launch 2 does before it may use h
+//   one-chain,   as one and two-pdl, but each layer's (first) launch is programmatic too and waits at its
+//   two-chain    entry for the launch before, as the fused decode's launch 1 does: the launch latency
+//                between layers is hidden as in the bench's graphs of the fused decode (first form: not)
 // Prints the copy ceiling (cudaMemcpy device to device, 1 GiB, read + write counted) and the kernel's own
 // read bandwidth on ~1 GB, measured in the same run.
 #include <cuda_runtime.h>
@@ -57,7 +61,9 @@ struct Segments {  // the bytes a launch reads: count segments of seg_bytes each
 };
 
 enum Mode { kContiguous = 0, kInterleaved = 1 };
-enum Pdl { kOrdinary = 0, kPrimary = 1, kSecondary = 2 };
+// kChain: as the fused decode's launch 1, a programmatic launch that lets the next launch start at once and
+// waits at its entry for the launch before (whose outputs it would read).
+enum Pdl { kOrdinary = 0, kPrimary = 1, kSecondary = 2, kChain = 3 };
 
 __device__ __forceinline__ void copy16(uint32_t smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(gmem) : "memory");
@@ -72,7 +78,8 @@ __device__ __forceinline__ const uint8_t* step_address(const Segments& s, long l
 // w, w + W, ... (kInterleaved); stages - 1 stages stay in flight while it reads one.
 __global__ void __launch_bounds__(kWarps * 32, 2) stream_kernel(Segments s, int stages, int mode, int pdl, uint32_t* sink) {
   extern __shared__ __align__(16) uint8_t ring[];
-  if (pdl == kPrimary) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (pdl == kPrimary || pdl == kChain) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (pdl == kChain) asm volatile("griddepcontrol.wait;" ::: "memory");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long steps_per_seg = s.seg_bytes / kStepBytes, total = steps_per_seg * s.count;
   const long long warps = static_cast<long long>(gridDim.x) * kWarps, w = blockIdx.x * kWarps + warp;
@@ -192,7 +199,7 @@ static void enqueue(cudaStream_t stream, const Segments& segments, int grid, int
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
-  config.numAttrs = pdl == kSecondary ? 1 : 0;
+  config.numAttrs = pdl == kSecondary || pdl == kChain ? 1 : 0;
   if (bulk) CHECK(cudaLaunchKernelEx(&config, stream_bulk_kernel, segments, stages, sink));
   else CHECK(cudaLaunchKernelEx(&config, stream_kernel, segments, stages, mode, pdl, sink));
 }
@@ -259,7 +266,7 @@ int main() {
     ids.resize(n);
     return ids;
   };
-  enum Kind { kOne, kTwo, kTwoPdl, kEmpty };
+  enum Kind { kOne, kTwo, kTwoPdl, kEmpty, kOneChain, kTwoChain };
   struct Variant {
     const char* name;
     int kind, experts, stages, mode;
@@ -272,7 +279,8 @@ int main() {
       {"one", kOne, 5, 4, kContiguous, false},       {"one", kOne, 20, 4, kContiguous, false},
       {"interleaved", kOne, 10, 4, kInterleaved, false}, {"bulk", kOne, 10, 4, kContiguous, true},
       {"bulk", kOne, 20, 4, kContiguous, true},      {"two", kTwo, 10, 4, kContiguous, false},
-      {"two-pdl", kTwoPdl, 10, 4, kContiguous, false}, {"two-pdl", kTwoPdl, 10, 6, kContiguous, false}};
+      {"two-pdl", kTwoPdl, 10, 4, kContiguous, false}, {"two-pdl", kTwoPdl, 10, 6, kContiguous, false},
+      {"one-chain", kOneChain, 10, 4, kContiguous, false}, {"two-chain", kTwoChain, 10, 4, kContiguous, false}};
   for (const Variant& v : variants) {
     std::vector<cudaGraphExec_t> execs;
     for (int g = 0; g < kGraphs; ++g) {
@@ -290,11 +298,12 @@ int main() {
           w13.base[k] = expert;
           w2.base[k] = expert + kW13Bytes;
         }
-        if (v.kind == kOne || v.kind == kEmpty) {
-          enqueue(stream, whole, grid, v.stages, v.mode, kOrdinary, v.bulk, sink);
+        if (v.kind == kOne || v.kind == kEmpty || v.kind == kOneChain) {
+          enqueue(stream, whole, grid, v.stages, v.mode, v.kind == kOneChain ? kChain : kOrdinary, v.bulk, sink);
         } else {
-          enqueue(stream, w13, grid, v.stages, v.mode, v.kind == kTwoPdl ? kPrimary : kOrdinary, false, sink);
-          enqueue(stream, w2, grid, v.stages, v.mode, v.kind == kTwoPdl ? kSecondary : kOrdinary, false, sink);
+          const int first = v.kind == kTwoChain ? kChain : v.kind == kTwoPdl ? kPrimary : kOrdinary;
+          enqueue(stream, w13, grid, v.stages, v.mode, first, false, sink);
+          enqueue(stream, w2, grid, v.stages, v.mode, v.kind == kTwo ? kOrdinary : kSecondary, false, sink);
         }
       }
       cudaGraph_t graph;
