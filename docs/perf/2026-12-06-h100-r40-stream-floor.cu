@@ -61,8 +61,9 @@ struct Segments {  // the bytes a launch reads: count segments of seg_bytes each
 };
 
 enum Mode { kContiguous = 0, kInterleaved = 1 };
-// kChain: as the fused decode's launch 1, a programmatic launch that lets the next launch start at once and
-// waits at its entry for the launch before (whose outputs it would read).
+// kChain: as the fused decode's launch 1 (pdl_chain_entry), a programmatic launch that waits at its entry for
+// the launch before (whose outputs it would read), then lets the next launch be scheduled. kSecondary, as
+// the fused decode's launch 2, never triggers: the next layer's launch starts as its CTAs exit.
 enum Pdl { kOrdinary = 0, kPrimary = 1, kSecondary = 2, kChain = 3 };
 
 __device__ __forceinline__ void copy16(uint32_t smem, const void* gmem) {
@@ -78,8 +79,8 @@ __device__ __forceinline__ const uint8_t* step_address(const Segments& s, long l
 // w, w + W, ... (kInterleaved); stages - 1 stages stay in flight while it reads one.
 __global__ void __launch_bounds__(kWarps * 32, 2) stream_kernel(Segments s, int stages, int mode, int pdl, uint32_t* sink) {
   extern __shared__ __align__(16) uint8_t ring[];
+  if (pdl == kChain) asm volatile("griddepcontrol.wait;" ::: "memory");  // then trigger: pdl_chain_entry's order
   if (pdl == kPrimary || pdl == kChain) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (pdl == kChain) asm volatile("griddepcontrol.wait;" ::: "memory");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long steps_per_seg = s.seg_bytes / kStepBytes, total = steps_per_seg * s.count;
   const long long warps = static_cast<long long>(gridDim.x) * kWarps, w = blockIdx.x * kWarps + warp;
