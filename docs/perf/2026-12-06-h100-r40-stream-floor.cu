@@ -20,6 +20,8 @@
 //                bytes together) instead of a contiguous share
 //   bulk         as one, stages 4, each 2 KB stage one cp.async.bulk (TMA) by lane 0 on an mbarrier
 //   empty        the same launch reading nothing: the graph's per-launch floor
+//   empty-light  a launch reading nothing with one CTA per SM and no dynamic shared memory (r41): how much
+//                of empty's floor is the grid's size and shared memory
 //   two          W13 parts (47.2 MB) in launch 1, W2 parts (23.6 MB) in launch 2, ordinary launches
 //   two-pdl      launch 2 programmatic (SM90): it starts on SMs launch 1 leaves, primes its ring, then
 //                waits (griddepcontrol.wait) as the fused decode's launch 2 does before it may use h
@@ -190,11 +192,11 @@ static size_t smem_bytes(int stages) {
 }
 
 static void enqueue(cudaStream_t stream, const Segments& segments, int grid, int stages, int mode, int pdl, bool bulk,
-                    uint32_t* sink) {
+                    uint32_t* sink, bool light = false) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(kWarps * 32);
-  config.dynamicSmemBytes = smem_bytes(stages);
+  config.dynamicSmemBytes = light ? 0 : smem_bytes(stages);
   config.stream = stream;
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -267,14 +269,15 @@ int main() {
     ids.resize(n);
     return ids;
   };
-  enum Kind { kOne, kTwo, kTwoPdl, kEmpty, kOneChain, kTwoChain };
+  enum Kind { kOne, kTwo, kTwoPdl, kEmpty, kOneChain, kTwoChain, kEmptyLight };
   struct Variant {
     const char* name;
     int kind, experts, stages, mode;
     bool bulk;
   };
   const Variant variants[] = {
-      {"empty", kEmpty, 10, 4, kContiguous, false},  {"one", kOne, 10, 3, kContiguous, false},
+      {"empty", kEmpty, 10, 4, kContiguous, false},  {"empty-light", kEmptyLight, 10, 4, kContiguous, false},
+      {"one", kOne, 10, 3, kContiguous, false},
       {"one", kOne, 10, 4, kContiguous, false},      {"one", kOne, 10, 6, kContiguous, false},
       {"one", kOne, 1, 4, kContiguous, false},       {"one", kOne, 2, 4, kContiguous, false},
       {"one", kOne, 5, 4, kContiguous, false},       {"one", kOne, 20, 4, kContiguous, false},
@@ -290,7 +293,7 @@ int main() {
         const std::vector<int> ids = draw(v.experts);
         Segments whole = {}, w13 = {}, w2 = {};
         whole.count = w13.count = w2.count = v.experts;
-        whole.seg_bytes = v.kind == kEmpty ? 0 : kExpertBytes;
+        whole.seg_bytes = v.kind == kEmpty || v.kind == kEmptyLight ? 0 : kExpertBytes;
         w13.seg_bytes = kW13Bytes;
         w2.seg_bytes = kW2Bytes;
         for (int k = 0; k < v.experts; ++k) {
@@ -299,7 +302,9 @@ int main() {
           w13.base[k] = expert;
           w2.base[k] = expert + kW13Bytes;
         }
-        if (v.kind == kOne || v.kind == kEmpty || v.kind == kOneChain) {
+        if (v.kind == kEmptyLight) {
+          enqueue(stream, whole, sms, v.stages, v.mode, kOrdinary, false, sink, true);
+        } else if (v.kind == kOne || v.kind == kEmpty || v.kind == kOneChain) {
           enqueue(stream, whole, grid, v.stages, v.mode, v.kind == kOneChain ? kChain : kOrdinary, v.bulk, sink);
         } else {
           const int first = v.kind == kTwoChain ? kChain : v.kind == kTwoPdl ? kPrimary : kOrdinary;
@@ -315,7 +320,7 @@ int main() {
       execs.push_back(exec);
     }
     const float ms = time_ms([&](int i) { CHECK(cudaGraphLaunch(execs[i % kGraphs], stream)); }, kReplays);
-    const double us = ms * 1e3 / kLayersPerGraph, bytes = v.kind == kEmpty ? 0.0 : v.experts * static_cast<double>(kExpertBytes);
+    const double us = ms * 1e3 / kLayersPerGraph, bytes = v.kind == kEmpty || v.kind == kEmptyLight ? 0.0 : v.experts * static_cast<double>(kExpertBytes);
     std::printf("%-11s %2d experts (%5.1f MB), stages %d (%3d KB in flight per SM): %6.2f us per layer, %5.0f GB/s\n",
                 v.name, v.experts, bytes / 1e6, v.stages, 2 * kWarps * v.stages * kStageBytes / 1024, us, bytes / us / 1e3);
     for (cudaGraphExec_t e : execs) CHECK(cudaGraphExecDestroy(e));
