@@ -4,7 +4,8 @@
 // Ran in r40 on an H100 in its first form (docs/perf/2026-12-06-h100-r40-stream-floor.txt): the ~1 GB
 // contiguous read and the variants one (n = 10), two and two-pdl, the same code paths as here. This form adds the
 // n sweep, interleaved, bulk, empty and the chained variants; it ran in r41 on another H100
-// (docs/perf/2026-12-07-h100-r41-stream-floor.txt), all but empty-light, added after that run.
+// (docs/perf/2026-12-07-h100-r41-stream-floor.txt), all but empty-light, added after that run; all of it ran
+// in r42 on an H100 (docs/perf/2026-12-07-h100-r42-stream-floor.txt).
 // Standalone (no fp4moe headers):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a THIS.cu -o /tmp/stream_floor && /tmp/stream_floor
 // (~1 min on the device, 3.6 GB of GPU memory)
