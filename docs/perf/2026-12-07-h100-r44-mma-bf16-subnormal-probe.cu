@@ -59,10 +59,14 @@ __global__ void chunk_mma(const uint16_t* a, const uint16_t* b, float* d, int tr
   dt[(g + 8) * kN + 2 * t] = acc[2], dt[(g + 8) * kN + 2 * t + 1] = acc[3];
 }
 
+// The value of FP4 (e2m1) code `code`: sign bit 3, magnitude by the low 3 bits.
+float e2m1_value(uint32_t code) {
+  static const float kMagnitudes[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  return kMagnitudes[code & 7u] * ((code & 8u) ? -1.f : 1.f);
+}
 // FP4 code -> bf16 bits of e2m1 (normal) or e2m1 * 2^-126 (the decode's pattern: magnitude bits at 6..8).
 uint16_t e2m1_bf16(uint32_t code) {
-  static const float kValues[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-  float v = kValues[code & 7u] * ((code & 8u) ? -1.f : 1.f);
+  const float v = e2m1_value(code);
   uint32_t bits;
   std::memcpy(&bits, &v, 4);
   return uint16_t(bits >> 16);  // exact: e2m1 needs 1 mantissa bit
@@ -144,8 +148,7 @@ int main() {
       a1[0] = decoded_bf16(c);
       b1[0] = uint16_t(uint32_t(127 + q) << 7);
       const std::vector<float> d = run(a1, b1, 1);
-      static const double kValues[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
-      const double expected = ((c & 8u) ? -1.0 : 1.0) * kValues[c & 7u] * std::ldexp(1.0, q - 126);
+      const double expected = double(e2m1_value(c)) * std::ldexp(1.0, q - 126);
       std::printf("  code %2u q %4d: %.9e / %.9e %s\n", c, q, d[0], expected,
                   double(d[0]) == expected ? "exact" : "DIFFERENT");
     }
