@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <type_traits>
 
 #include "common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -84,38 +85,31 @@ inline __device__ __noinline__ void write_routing_record(RoutingRecord record, c
   }
 }
 
-// One token, W4A16 (launch 1 below): the warp's first kStages1 - 1 ring stages of this CTA's first item,
-// issued as soon as warp 0's top-k has written the winners to `route_ids`, before the slot sort and the
-// item table. At one token of Qwen3.5-397B the sort and table take ~1.2 us and the prime ~0.8 us with the
-// HBM idle (docs/perf/2026-12-02-h200-r27.md), and every microsecond before the prime reaches the layer's
-// time (docs/perf/2026-12-02-h200-r28.md). The item is the one the sort and table will give this CTA:
-// item c = (q, rb), q the rank of a valid winner in ascending expert order (one token: every touched
-// expert is one token group). Returns the item's W13 offset (launch 1 checks it against its item table),
-// or kNoEarlyItem where this CTA has no item. Out of line, as measured (r22: code that one token skips
-// costs instruction fetch when inline).
+// The early ring prime at one token (launch 1's early-prime twin; W4A16, 32-row items, early_prime_fits):
+// each warp issues its ring's first stages of the CTA's first item before the slot sort and the item table,
+// as soon as warp 0's top-k has found that item's expert. Item c = (q, rb) takes the q-th winner in
+// selection order (the twin's item table deals one token's experts in that order), i.e. round q's winner:
+// warp 0's round hook (EarlyPrimeHook) publishes it, meets the other warps at a named barrier and primes
+// its own ring, and the rounds after it overlap every warp's copies. Why: at one token of Qwen3.5-397B the
+// sort and table take ~1.2 us and the prime ~0.8 us with the HBM idle (docs/perf/2026-12-02-h200-r27.md),
+// every microsecond before the prime reaches the layer's time (docs/perf/2026-12-02-h200-r28.md), and
+// priming after all K rounds left their ~1.3 us on that path (docs/perf/2026-12-07-h100-r44.md); priming
+// at round q made one token 4.1-4.8 % faster (docs/perf/2026-12-07-h100-r45.md).
+// The warp's first kStages1 - 1 ring stages of item (expert, rb), copied as launch 1's item cursor
+// (weight_source(0), issue()) would copy them; the ordinary prime then only moves the cursor. Launch 1
+// checks the early item against its item table: misc[2] is kEarlyPrimed, kEarlyStray (stages to wait for
+// before the ordinary prime overwrites them) or 0 (kNoEarlyItem: none issued). Out of line, as measured
+// (r22: code that one token skips costs instruction fetch when inline).
 inline constexpr uint64_t kNoEarlyItem = ~uint64_t(0);
 inline constexpr int kEarlyPrimed = 1, kEarlyStray = 2;  // launch 1's check of the early stages
 template <int MT>
-__device__ __noinline__ uint64_t prime_first_item_early(uint8_t* smem, uint32_t ring_offset, const int32_t* route_ids,
-                                                    int top_k, int num_experts, const uint8_t* w13, int chunks,
-                                                    int inter) {
+__device__ __noinline__ void prime_first_item_early(uint32_t ring_offset, const uint8_t* w13, int expert, int rb,
+                                                    int chunks, int inter) {
+  extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int e = lane < top_k ? route_ids[lane] : -1;
-  const bool valid = e >= 0 && e < num_experts;
-  int rank = 0;  // the winners are distinct experts
-  for (int i = 0; i < top_k; ++i) {
-    const int other = route_ids[i];
-    rank += other >= 0 && other < num_experts && other < e ? 1 : 0;
-  }
-  const int row_blocks = gemm1_row_blocks(inter, MT);
-  const int q = static_cast<int>(blockIdx.x) / row_blocks, rb = static_cast<int>(blockIdx.x) - q * row_blocks;
-  const uint32_t holder = __ballot_sync(0xFFFFFFFFu, valid && rank == q);
-  if (holder == 0) return kNoEarlyItem;  // fewer valid winners than q + 1
-  const int expert = __shfl_sync(0xFFFFFFFFu, e, __ffs(static_cast<int>(holder)) - 1);
   const size_t tile_stride = size_t(chunks) * kDecodeBlockBytes;
-  const uint64_t offset = gemm1_item_w13_offset(expert, rb, MT, chunks, inter);
-  // As the item cursor's weight_source(0) and issue() in launch 1.
-  const uint8_t* src = w13 + offset + size_t(warp) * kDecodeBlockBytes + lane * 16;
+  const uint8_t* src =
+      w13 + gemm1_item_w13_offset(expert, rb, MT, chunks, inter) + size_t(warp) * kDecodeBlockBytes + lane * 16;
   LaneRing ring(smem, ring_offset, warp, kStages1, MT * kDecodeBlockBytes, lane);
   for (int s = 0; s < kStages1 - 1; ++s) {
     copy_lane_stage<MT, CopyAddress::kOpaque>(ring, src, tile_stride);
@@ -123,8 +117,40 @@ __device__ __noinline__ uint64_t prime_first_item_early(uint8_t* smem, uint32_t 
     cp_async_commit();
     ring.fill = ring.next(ring.fill);
   }
-  return offset;
 }
+
+// Named barrier 1 of launch 1 (0 is __syncthreads'): at one token the other warps wait there from the
+// start, and warp 0 joins once it knows the expert of the CTA's first item; the barrier orders its
+// shared-memory write of that expert before their reads. A sync rather than an arrive: it costs warp 0
+// nothing (the others are there long before), and an arrive (bar.arrive) made compute-sanitizer racecheck
+// report the item sums' buffer across the later __syncthreads (r29, again in r45), a false report of
+// its barrier accounting. The unaligned form: warp 0 reaches it at another instruction than the others.
+inline constexpr int kEarlyItemBarrier = 1;
+__device__ __forceinline__ void early_item_barrier() {
+  asm volatile("barrier.sync %0, %1;" ::"n"(kEarlyItemBarrier), "n"(kGemm1Warps * 32) : "memory");
+}
+
+// Warp 0's top-k round hook in the early-prime twin (route_device::select_top_k): after round `round` (the
+// rank q of the CTA's first item; -1: none) lane 0 publishes the winner in `announce`, the warp meets the
+// others at the early-item barrier and primes its own ring; the rounds after it overlap every warp's copies.
+// Round q's winner is the q-th valid one: a round without one (no candidate left) leaves every later round
+// without one too.
+template <int MT>
+struct EarlyPrimeHook {
+  const uint8_t* w13;
+  int32_t* announce;  // shared memory
+  uint32_t ring_offset;
+  int round, chunks, inter;
+  __device__ __forceinline__ void operator()(int k, int winner) const {
+    if (k != round) return;
+    if (threadIdx.x == 0) *announce = winner;
+    early_item_barrier();
+    if (winner >= 0) {
+      const int rb = static_cast<int>(blockIdx.x) - round * gemm1_row_blocks(inter, MT);
+      prime_first_item_early<MT>(ring_offset, w13, winner, rb, chunks, inter);
+    }
+  }
+};
 
 // kTableFree: W13's block scales are all positive normal E4M3 codes (BlockScales).
 template <int kShape, bool kTableFree>
@@ -171,17 +197,27 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   const bool shared = p.share.on;
   const uint32_t tag = shared || kW4A4 ? __ldcg(p.share.epoch) + 1u : 0u;
   // The early-prime twin at one token (W4A16; the plan launches it only where early_prime_fits, checked
-  // again here): every warp primes its ring right after warp 0's top-k (prime_first_item_early). Warp 0's
-  // routing scratch then lives in the item sums' buffer `red` (unused until the first item ends), so that
-  // no warp's ring slice holds scratch.
+  // again here): every warp primes its ring as soon as warp 0's top-k round q has found the expert of the
+  // CTA's first item (EarlyPrimeHook). Warp 0's routing scratch then lives in the item sums' buffer `red`
+  // (unused until the first item ends), so that no warp's ring slice holds scratch.
   const bool early_prime =
       kGemm1Shapes[kShape].early_prime && T == 1 && !shared && early_prime_fits(p.hidden_size, E, MT);
   float* score = early_prime ? red : reinterpret_cast<float*>(ring_bytes) + size_t(warp) * 2 * E;
+  // The first item's expert for the other warps: warp 1's routing output, unused at one token.
+  int32_t* early_expert = route_ids + 32;
+  const int early_round = static_cast<int>(blockIdx.x) / gemm1_row_blocks(p.inter, MT);
+  using RoundHook = std::conditional_t<kGemm1Shapes[kShape].early_prime, EarlyPrimeHook<MT>, route_device::NoRoundHook>;
+  RoundHook round_hook{};
+  if constexpr (kGemm1Shapes[kShape].early_prime) {
+    round_hook = EarlyPrimeHook<MT>{p.w13, early_expert, static_cast<uint32_t>(L.ring), early_prime ? early_round : -1,
+                                    p.hidden_size / kDecodeChunkK, p.inter};
+    if (early_prime && threadIdx.x == 0) *early_expert = -1;  // stays so where round q never comes (q >= K)
+  }
   const int first_token = shared ? (warp == 0 ? static_cast<int>(blockIdx.x) : T) : warp;
   const int token_stride = shared ? static_cast<int>(gridDim.x) : kGemm1Warps;
   for (int tok = first_token; tok < T; tok += token_stride) {
     route_token_warp(p.route, tok, score, score + E, route_ids + warp * 32, route_weights + warp * 32,
-                     shared || record_writer);
+                     shared || record_writer, round_hook);
     __syncwarp();
     if (lane < K) {
       const int e = route_ids[warp * 32 + lane];
@@ -199,14 +235,25 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
       atomicExch(p.share.flags + tok, tag);
     }
   }
-  if (early_prime) {
-    // Warp 0, at one token the only router, is the last to arrive: route_ids holds the winners. (Warp 0's
-    // bar.arrive on a named barrier, the others waiting there, made compute-sanitizer racecheck report the
-    // item sums' buffer, written and read across the later __syncthreads; r29.)
-    __syncthreads();
-    const uint64_t offset = prime_first_item_early<MT>(smem, static_cast<uint32_t>(L.ring), route_ids, K, E,
-                                                       p.w13, p.hidden_size / kDecodeChunkK, p.inter);
-    if (threadIdx.x == 0) *reinterpret_cast<uint64_t*>(misc + 2) = offset;  // read after the routing barrier
+  if constexpr (kGemm1Shapes[kShape].early_prime) {
+    if (early_prime) {
+      // Warp 0, at one token the only router, met the others in round q; where q >= K it meets them now.
+      const int rb = static_cast<int>(blockIdx.x) - early_round * gemm1_row_blocks(p.inter, MT);
+      if (warp == 0) {
+        if (early_round >= K) early_item_barrier();
+        if (threadIdx.x == 0) {  // read after the routing barrier
+          const int expert = *early_expert;
+          *reinterpret_cast<uint64_t*>(misc + 2) =
+              expert >= 0 ? gemm1_item_w13_offset(expert, rb, MT, p.hidden_size / kDecodeChunkK, p.inter)
+                          : kNoEarlyItem;
+        }
+      } else {
+        early_item_barrier();
+        const int expert = *early_expert;
+        if (expert >= 0) prime_first_item_early<MT>(static_cast<uint32_t>(L.ring), p.w13, expert, rb,
+                                                    p.hidden_size / kDecodeChunkK, p.inter);
+      }
+    }
   }
   if (shared) {  // every token's flag, then the slots
     if (warp == 0)
@@ -252,15 +299,26 @@ __global__ void __launch_bounds__(kGemm1Warps * 32, kGemm1Shapes[kShape].ctas_pe
   for (int i = threadIdx.x; i < my_items; i += blockDim.x) {
     const int index = static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
     const int q = index / row_blocks, rb = index - q * row_blocks;
-    const int j = g2j[q];
-    const int first = toff[j] + (q - gprefix[j]) * kTokenGroup;
+    // The early-prime twin at one token deals the experts in selection order: q is the q-th valid winner
+    // (EarlyPrimeHook's round q), its touched index j found in the ascending table; one token group each.
+    int j = 0, group_in_expert = 0;
+    if (early_prime) {
+      int seen = -1, expert = -1;
+      for (int k = 0; k < K && seen < q; ++k)
+        if (route_ids[k] >= 0 && route_ids[k] < E) ++seen, expert = route_ids[k];
+      while (j + 1 < n_touched && touched[j] != expert) ++j;
+    } else {
+      j = g2j[q];
+      group_in_expert = q - gprefix[j];
+    }
+    const int first = toff[j] + group_in_expert * kTokenGroup;
     items[i] = ItemEntry{gemm1_item_w13_offset(touched[j], rb, MT, chunks, p.inter),
                          static_cast<int16_t>(first), static_cast<int16_t>(min(kTokenGroup, toff[j + 1] - first)),
                          static_cast<int16_t>(rb), static_cast<int16_t>(j)};
   }
-  // The early prime's stages count only where they hold this CTA's first item (the ranks agree with the
-  // sort, as they must for distinct winners); stray ones are waited for before the ordinary prime
-  // overwrites them. misc[2]: kEarlyPrimed, kEarlyStray or 0 (none issued).
+  // The early prime's stages count only where they hold this CTA's first item (round q's winner is the
+  // table's q-th expert, as it must be); stray ones are waited for before the ordinary prime overwrites
+  // them. misc[2]: kEarlyPrimed, kEarlyStray or 0 (none issued).
   if (early_prime && threadIdx.x == 0) {
     const uint64_t early_offset = *reinterpret_cast<const uint64_t*>(misc + 2);
     misc[2] = my_items > 0 && early_offset == items[0].w13_offset ? kEarlyPrimed

@@ -146,23 +146,30 @@ inline __device__ __noinline__ float route_weight(int method, int top_k, int E, 
   return 0.0f;
 }
 
+// select_top_k's hook after each round: all lanes call it with the round k and its winner (-1: none), so
+// that a caller can start work that needs only the first winners (the fused decode's early ring prime at
+// one token) while the rounds go on. The routing kernel and the pipeline pass none.
+struct NoRoundHook {
+  __device__ __forceinline__ void operator()(int /*round*/, int /*winner*/) const {}
+};
+
 // The selection of one token, for lanes holding kLaneExperts experts each (lane + 32 j, j < kLaneExperts;
 // E <= 32 kLaneExperts): stages the logits in `value` (and sigmoid_grouped_topk's scores in `score`) and
 // runs the top-k rounds on them in registers; returns lane k's selected expert for k < K (-1: none; -1 on
-// the other lanes). Staging even where the caller needs the experts alone: skipping it (r38's patch) gave
-// ptxas room to allocate the fused decode's launch 1 differently, and its 32-row K loops grew by 4 and 7
-// instructions (Qwen3-30B 1.2 % slower; docs/perf/2026-12-06-h200-r39.md). The keys without compares,
-// the unbounded loads and the one-compare winner (r38-r40): the routing alone 17 % fewer cycles at E = 512
-// and 256 (r39); with the logits staged, the fused decode 0.996-1.000 at 1-8 tokens on three models (H100), none
-// slower (docs/perf/2026-12-06-h100-r40.md).
+// the other lanes), calling `hook` after each round. Staging even where the caller needs the experts alone:
+// skipping it (r38's patch) gave ptxas room to allocate the fused decode's launch 1 differently, and its
+// 32-row K loops grew by 4 and 7 instructions (Qwen3-30B 1.2 % slower; docs/perf/2026-12-06-h200-r39.md).
+// The keys without compares, the unbounded loads and the one-compare winner (r38-r40): the routing alone
+// 17 % fewer cycles at E = 512 and 256 (r39); with the logits staged, the fused decode 0.996-1.000 at 1-8
+// tokens on three models (H100), none slower (docs/perf/2026-12-06-h100-r40.md).
 // One instance per size, so that a round's tree max and exclusion masks cover only the experts there are
 // (E = 512: 16 per lane, half of kExpertsPerLane), and out of line, so that a kernel fetches the code of
 // the one it runs. By value: no kernel-parameter copies. H200, one token, against one 32-expert instance
 // for every E (docs/perf/2026-12-02-h200-r29.md): the fused decode 2.0 % faster at Qwen3.5-397B (E = 512),
 // 3.5 % at Qwen3-235B (128), 5.8 % at Qwen3.5-35B (256); the pipeline 1.4 % at Qwen3.5-397B.
-template <int kLaneExperts>
+template <int kLaneExperts, class RoundHook = NoRoundHook>
 __device__ __noinline__ int select_top_k(const float* row, const float* bias, int E, int K, bool sigmoid, int n_group,
-                                         int topk_group, float* score, float* value, int lane) {
+                                         int topk_group, float* score, float* value, int lane, RoundHook hook = {}) {
   static_assert(kLaneExperts >= 1 && kLaneExperts <= kExpertsPerLane, "32 lane-strided experts at most");
   // The logits first, all loads in flight together (a load-use loop would wait one memory latency per
   // few experts). Where E fills every lane's experts (E = 32 kLaneExperts: every preset's E), the loads
@@ -226,6 +233,7 @@ __device__ __noinline__ int select_top_k(const float* row, const float* bias, in
     const uint32_t index = __reduce_min_sync(0xFFFFFFFFu, candidate);
     if (lane == k) my_id = top == 0 ? -1 : static_cast<int>(index);
     if (top != 0 && candidate == index) out |= 1u << best_j[0];
+    hook(k, top == 0 ? -1 : static_cast<int>(index));
   }
   return my_id;
 }
@@ -238,8 +246,10 @@ static_assert(kLaneExpertCounts[3] * 32 == kMaxExperts, "the largest instance ho
 // the warp (shared memory; `score` is used by sigmoid_grouped_topk only). Writes ids_out[k] and weights_out[k] for k < K (global or shared memory).
 // weights_needed false (warp-uniform): the selection only; ids_out is written, weights_out is not (a caller
 // that needs the experts but not their weights skips the double-precision weights on its critical path).
+template <class RoundHook = NoRoundHook>
 __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t token, float* score, float* value,
-                                                 int32_t* ids_out, float* weights_out, bool weights_needed = true) {
+                                                 int32_t* ids_out, float* weights_out, bool weights_needed = true,
+                                                 RoundHook hook = {}) {
   const int lane = threadIdx.x % 32;
   const int E = p.num_experts;
   const float* row = p.logits + token * E;
@@ -248,10 +258,10 @@ __device__ __forceinline__ void route_token_warp(const RouteParams& p, int64_t t
                 k3 = kLaneExpertCounts[3];
   const int K = p.top_k, groups = p.n_group, kept = p.topk_group;
   int my_id;
-  if (E <= 32 * k0) my_id = select_top_k<k0>(row, p.bias, E, K, sigmoid, groups, kept, score, value, lane);
-  else if (E <= 32 * k1) my_id = select_top_k<k1>(row, p.bias, E, K, sigmoid, groups, kept, score, value, lane);
-  else if (E <= 32 * k2) my_id = select_top_k<k2>(row, p.bias, E, K, sigmoid, groups, kept, score, value, lane);
-  else my_id = select_top_k<k3>(row, p.bias, E, K, sigmoid, groups, kept, score, value, lane);
+  if (E <= 32 * k0) my_id = select_top_k<k0>(row, p.bias, E, K, sigmoid, groups, kept, score, value, lane, hook);
+  else if (E <= 32 * k1) my_id = select_top_k<k1>(row, p.bias, E, K, sigmoid, groups, kept, score, value, lane, hook);
+  else if (E <= 32 * k2) my_id = select_top_k<k2>(row, p.bias, E, K, sigmoid, groups, kept, score, value, lane, hook);
+  else my_id = select_top_k<k3>(row, p.bias, E, K, sigmoid, groups, kept, score, value, lane, hook);
   if (!weights_needed) {
     if (lane < p.top_k) ids_out[lane] = my_id;
     return;

@@ -313,42 +313,46 @@ std::vector<float> ramp_logits(int64_t experts, float step) {
   return logits;
 }
 
-// One token with H = 4096 (4 K steps per warp): launch 1's early-prime twin primes each warp's ring right
-// after the top-k, from the winners' ranks, before the slot sort (prime_first_item_early). The ordinary
-// shape (FP4MOE_FD_EARLY_PRIME=0) and shared routing (flag round trip, no early prime) give the same slots
-// and sums, so the bits must match both, for winners found in any order of their ids and for ties.
-// I = 1024 gives 384 items at top-6: more than an H200's 264 CTAs, so CTAs with a second item and (on
-// larger parts) CTAs without any run too.
+// One token with H = 4096 (4 K steps per warp): launch 1's early-prime twin primes each warp's ring as soon
+// as the top-k round that finds its CTA's first item is over (round q of item (q, rb); EarlyPrimeHook),
+// before the other rounds and the slot sort. The ordinary shape (FP4MOE_FD_EARLY_PRIME=0) and shared
+// routing (flag round trip, no early prime) give the same slots and sums, so the bits must match both,
+// for winners found in any order of their ids and for ties. I = 1024 gives 64 items per expert: at top-6,
+// 384 items, more than an H200's 264 CTAs, so CTAs with a second item and (on larger parts) CTAs without
+// any run too; at top-2, 128 items, so the CTAs from 128 on wait for a round q >= K that never comes.
 TEST(FusedDecodeRouting, OneTokenEarlyPrimeGivesTheOrdinaryBits) {
   FP4MOE_REQUIRE_SM80(device);
   const KnobReset reset1{"FP4MOE_FD_ROUTE_SHARE_FROM"}, reset2{"FP4MOE_FD_EARLY_PRIME"};
-  unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
-  unsetenv("FP4MOE_FD_EARLY_PRIME");
-  const MoeProblem problem = make_moe_problem(4096, 1024, 8, 6, ActivationMode::kW4A16);
-  const FusedDecodePlan plan = plan_moe_fused_decode(problem, device->multiprocessors);
-  if (plan.gemm1_one_token_shape == plan.gemm1_shape)
-    GTEST_SKIP() << "no early-prime twin of launch 1's shape " << plan.gemm1_shape << " runs on this device";
-  const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 27);
-  test::Runner early("cuda.sm80.fused_decode.v1", problem, weights, 1, *device);
-  ASSERT_EQ(setenv("FP4MOE_FD_EARLY_PRIME", "0", 1), 0);
-  test::Runner ordinary("cuda.sm80.fused_decode.v1", problem, weights, 1, *device);
-  unsetenv("FP4MOE_FD_EARLY_PRIME");
-  ASSERT_EQ(setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "1", 1), 0);
-  test::Runner shared("cuda.sm80.fused_decode.v1", problem, weights, 1, *device);
-  const int64_t E = problem.num_experts;
-  const std::vector<std::pair<std::string, std::vector<float>>> cases = {
-      {"random", test::random_logits(1, E, 91)},
-      {"winners in descending id order", ramp_logits(E, 1.0f)},
-      {"winners in ascending id order", ramp_logits(E, -1.0f)},
-      {"all tied", std::vector<float>(E, 0.5f)},
-  };
-  const std::vector<float> hidden = synthetic_activations(1, problem.hidden, 93);
-  for (const auto& [name, logits] : cases) {
-    test::check_case(early, problem, weights, hidden, logits, nullptr, 1, 1, "early prime, " + name);
-    const std::vector<uint16_t> expected = ordinary.run(hidden, logits, nullptr, 1);
-    EXPECT_TRUE(early.run(hidden, logits, nullptr, 1) == expected) << name << ": differs from the ordinary shape";
-    EXPECT_TRUE(early.run_graph(1) == expected) << name << ": graph replay differs from the ordinary shape";
-    EXPECT_TRUE(shared.run(hidden, logits, nullptr, 1) == expected) << name << ": differs from shared routing";
+  for (const int top_k : {6, 2}) {
+    unsetenv("FP4MOE_FD_ROUTE_SHARE_FROM");
+    unsetenv("FP4MOE_FD_EARLY_PRIME");
+    const MoeProblem problem = make_moe_problem(4096, 1024, 8, top_k, ActivationMode::kW4A16);
+    const FusedDecodePlan plan = plan_moe_fused_decode(problem, device->multiprocessors);
+    if (plan.gemm1_one_token_shape == plan.gemm1_shape)
+      GTEST_SKIP() << "no early-prime twin of launch 1's shape " << plan.gemm1_shape << " runs on this device";
+    const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 27);
+    test::Runner early("cuda.sm80.fused_decode.v1", problem, weights, 1, *device);
+    ASSERT_EQ(setenv("FP4MOE_FD_EARLY_PRIME", "0", 1), 0);
+    test::Runner ordinary("cuda.sm80.fused_decode.v1", problem, weights, 1, *device);
+    unsetenv("FP4MOE_FD_EARLY_PRIME");
+    ASSERT_EQ(setenv("FP4MOE_FD_ROUTE_SHARE_FROM", "1", 1), 0);
+    test::Runner shared("cuda.sm80.fused_decode.v1", problem, weights, 1, *device);
+    const int64_t E = problem.num_experts;
+    const std::vector<std::pair<std::string, std::vector<float>>> cases = {
+        {"random", test::random_logits(1, E, 91)},
+        {"winners in descending id order", ramp_logits(E, 1.0f)},
+        {"winners in ascending id order", ramp_logits(E, -1.0f)},
+        {"all tied", std::vector<float>(E, 0.5f)},
+    };
+    const std::vector<float> hidden = synthetic_activations(1, problem.hidden, 93);
+    for (const auto& [case_name, logits] : cases) {
+      const std::string name = "top-" + std::to_string(top_k) + ", " + case_name;
+      test::check_case(early, problem, weights, hidden, logits, nullptr, 1, 1, "early prime, " + name);
+      const std::vector<uint16_t> expected = ordinary.run(hidden, logits, nullptr, 1);
+      EXPECT_TRUE(early.run(hidden, logits, nullptr, 1) == expected) << name << ": differs from the ordinary shape";
+      EXPECT_TRUE(early.run_graph(1) == expected) << name << ": graph replay differs from the ordinary shape";
+      EXPECT_TRUE(shared.run(hidden, logits, nullptr, 1) == expected) << name << ": differs from shared routing";
+    }
   }
 }
 
