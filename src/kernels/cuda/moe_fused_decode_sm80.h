@@ -41,9 +41,11 @@ struct FusedDecodeWeights {
 // W4A4 has its own): plan_moe_fused_decode takes kFusedDecodeDefaultGemm1Shape where it fits the device at
 // its full CTAs per SM, else shape 0; FP4MOE_FD_GEMM1_SHAPE=0..count-1 chooses (measurements, tests).
 // Chunks of one token (routed by every CTA) take the shape's early-prime twin where it has one and
-// H >= 4096 in steps of 1024 (plan.gemm1_one_token_shape): its ring's first copies start right after the
-// top-k instead of after the slot sort and item table, 1.5-1.6 % faster at one token of Qwen3.5-397B and
-// Qwen3-235B on the H200 (docs/perf/2026-12-02-h200-r29.md). FP4MOE_FD_EARLY_PRIME=0 turns it off
+// H >= 4096 in steps of 1024 (plan.gemm1_one_token_shape): its ring's first copies start before the slot
+// sort and item table, 1.5-1.6 % faster at one token of Qwen3.5-397B and Qwen3-235B on the H200
+// (docs/perf/2026-12-02-h200-r29.md), and since r45 right after the top-k round that finds the CTA's first
+// item rather than after all K rounds, 4.1-4.8 % more at Qwen3.5-397B on the H100
+// (docs/perf/2026-12-07-h100-r45.md). FP4MOE_FD_EARLY_PRIME=0 turns it off
 // (measurements, tests; 1 or unset: on; other values are errors).
 inline constexpr int kFusedDecodeW4A16Gemm1ShapeCount = 2;
 inline constexpr int kFusedDecodeDefaultGemm1Shape = 1;  // 32-row items, 2 CTAs per SM
