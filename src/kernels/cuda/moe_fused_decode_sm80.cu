@@ -94,6 +94,7 @@ inline __device__ __noinline__ void write_routing_record(RoutingRecord record, c
 // every microsecond before the prime reaches the layer's time (docs/perf/2026-12-02-h200-r28.md), and
 // priming after all K rounds left their ~1.3 us on that path (docs/perf/2026-12-07-h100-r44.md); priming
 // at round q made one token 4.1-4.8 % faster (docs/perf/2026-12-07-h100-r45.md).
+//
 // The warp's first kStages1 - 1 ring stages of item (expert, rb), copied as launch 1's item cursor
 // (weight_source(0), issue()) would copy them; the ordinary prime then only moves the cursor. Launch 1
 // checks the early item against its item table: misc[2] is kEarlyPrimed, kEarlyStray (stages to wait for
