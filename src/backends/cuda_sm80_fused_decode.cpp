@@ -122,7 +122,8 @@ class CudaSm80FusedDecodeBackend final : public MoeBackend {
 
   // Launch 1 shares the routing from fused_decode_route_share_from(problem) tokens per chunk on; one token may take
   // its own launch-1 shape (the early-prime twin, plan.gemm1_one_token_shape), so 2 tokens are another
-  // variant; launch 2 takes one of three configurations by the chunk's tokens (fused_decode_launch2_use);
+  // variant; launch 2 takes one of three configurations by the chunk's tokens (fused_decode_launch2_use), and
+  // one token may take a fourth (plan.gemm2_one_token; t == 1 is a variant already);
   // batches above kFusedDecodeMaxTokens run as several launch pairs (the last chunk may route per CTA again).
   std::vector<int64_t> variant_token_counts(const MoeProblem& problem, int64_t max_tokens,
                                             const DeviceInfo&) const override {

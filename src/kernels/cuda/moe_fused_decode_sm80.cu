@@ -519,7 +519,7 @@ Workspace carve(void* workspace, const MoeProblem& problem, int tk_cap) {
   return w;
 }
 
-// Launch 2's configuration for a kind of chunk (plan_moe_fused_decode's three).
+// Launch 2's configuration for a kind of chunk (plan_moe_fused_decode's three; one token: gemm2_one_token).
 const FusedDecodeLaunch2& launch2_for(const FusedDecodePlan& plan, FusedDecodeLaunch2Use use) {
   switch (use) {
     case FusedDecodeLaunch2Use::kLatency: return plan.gemm2_latency;
@@ -591,7 +591,7 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
   const bool w4a4 = problem.activation_mode == ActivationMode::kW4A4;
   FP4MOE_CHECK(!w4a4 || (weights.w13_input_scale && weights.w2_input_scale), "fused decode: W4A4 needs the input scales");
   FP4MOE_CHECK(plan.gemm1_grid > 0 && plan.gemm2_latency.grid > 0 && plan.gemm2_few.grid > 0 &&
-                   plan.gemm2_many.grid > 0,
+                   plan.gemm2_many.grid > 0 && plan.gemm2_one_token.grid > 0,
                "fused decode: not planned (plan_moe_fused_decode)");
   const int H = static_cast<int>(problem.hidden), I = static_cast<int>(problem.inter);
   const int E = static_cast<int>(problem.num_experts), K = static_cast<int>(problem.top_k);
@@ -610,7 +610,7 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
                "fused decode: the plan's item table (", plan.gemm1_item_cap, " per CTA) does not cover its grid (",
                plan.gemm1_grid, " CTAs)");
   // Launch 2's shapes and instances (gemm2_kernel checks them): chunks of up to 8 tokens take the one-tile one.
-  for (const FusedDecodeLaunch2* launch2 : {&plan.gemm2_latency, &plan.gemm2_few})
+  for (const FusedDecodeLaunch2* launch2 : {&plan.gemm2_latency, &plan.gemm2_few, &plan.gemm2_one_token})
     (void)gemm2_kernel(launch2->shape, true, false);
   (void)gemm2_kernel(plan.gemm2_many.shape, false, false);
   // Table-free block scales where every scale of the matrix allows them (checked at prepare) and the plan
@@ -650,11 +650,12 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p2.tokens = T, p2.hidden_size = H, p2.inter = I, p2.top_k = K, p2.tk_cap = tk_cap;
     p2.out = out + t0 * H;
     // SM90+: launch 2 overlaps launch 1's tail (programmatic dependent launch). Up to 8 tokens, every
-    // expert's tokens are one tile.
+    // expert's tokens are one tile. One token may take its own configuration (plan.gemm2_one_token).
     const FusedDecodeLaunch2Use use = fused_decode_launch2_use(T);
-    const FusedDecodeLaunch2& launch2 = launch2_for(plan, use);
+    const FusedDecodeLaunch2& launch2 = T == 1 ? plan.gemm2_one_token : launch2_for(plan, use);
     const bool launch2_table_free =
-        w2_table_free && (use != FusedDecodeLaunch2Use::kLatency || plan.gemm2_latency_table_free);
+        w2_table_free && (T == 1 ? plan.gemm2_one_token_table_free
+                                 : use != FusedDecodeLaunch2Use::kLatency || plan.gemm2_latency_table_free);
     launch_maybe_programmatic(gemm2_kernel(launch2.shape, use != FusedDecodeLaunch2Use::kMany, launch2_table_free),
                               static_cast<unsigned>(launch2.grid),
                               static_cast<unsigned>(kGemm2Shapes[launch2.shape].warps * 32),  // shape checked above

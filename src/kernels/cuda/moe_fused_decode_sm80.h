@@ -75,6 +75,20 @@ constexpr FusedDecodeLaunch2Use fused_decode_launch2_use(int64_t tokens) {
 }
 static_assert(1 < kFusedDecodeGemm2FewFrom && kFusedDecodeGemm2FewFrom <= kFusedDecodeGemm2FewUpTo &&
               kFusedDecodeGemm2FewUpTo < kFusedDecodeMaxTokens);
+// One-token chunks take launch 2's 8-warp shape 0 where each of its warps then takes one whole expert (top_k a
+// multiple of 8) of at most 8 K chunks of 128 (I <= 1024): at one token, shape 0 over the default measured
+// 0.984-0.988 at Qwen3-30B and Qwen3.5-35B and 0.993-0.995 at Qwen3.5-122B (H200 and H100), but 1.004 at
+// Qwen3-235B (12 chunks: a longer chain per warp) and 1.005-1.013 at Qwen3.5-397B and Qwen3-Next-80B (top-10,
+// whole experts on the default's 10 warps); at 2 tokens 1.001, at 4-8 tokens 1.3-2.0 % slower
+// (docs/perf/2026-12-07-h200-r47.md); as this plan against the default on an H100, 0.985, 0.988 and 0.995
+// (docs/perf/2026-12-07-h100-r48.md). Not for W4A4 (not measured).
+inline constexpr int kFusedDecodeOneTokenGemm2Shape = 0;
+inline constexpr int kFusedDecodeOneTokenWarps = 8;       // kGemm2Shapes[kFusedDecodeOneTokenGemm2Shape].warps
+inline constexpr int kFusedDecodeOneTokenMaxChunks = 8;   // an expert's K chunks of 128 of I, at most
+constexpr bool fused_decode_one_token_whole_experts(const MoeProblem& problem) {
+  return problem.activation_mode == ActivationMode::kW4A16 && problem.top_k % kFusedDecodeOneTokenWarps == 0 &&
+         problem.inter <= int64_t{kFusedDecodeOneTokenMaxChunks} * 128;
+}
 // From this many tokens per chunk on, launch 1's CTAs share the routing (each token routed by one CTA)
 // instead of each routing every token. H200, 2026-12-01 (docs/perf/2026-12-01-h200-r17.md): at 2 tokens
 // the per-CTA routing was faster (Qwen3.5-397B 59.4 against 61.5 us), at 4 the shared one (106.2 against
@@ -101,7 +115,7 @@ constexpr int fused_decode_default_route_share_from(const MoeProblem& problem) {
 // backend's declared variants.
 int fused_decode_route_share_from(const MoeProblem& problem);
 
-// One of launch 2's three configurations (by the chunk's tokens).
+// One of launch 2's configurations (by the chunk's tokens; one token may take its own).
 struct FusedDecodeLaunch2 {
   int shape = -1;  // CTA shape: index into the kernel's table
   int grid = 0;
@@ -119,6 +133,10 @@ struct FusedDecodePlan {
   FusedDecodeLaunch2 gemm2_latency;  // chunks of 1..kFusedDecodeGemm2FewFrom - 1 tokens
   FusedDecodeLaunch2 gemm2_few;      // chunks of kFusedDecodeGemm2FewFrom..kFusedDecodeGemm2FewUpTo tokens
   FusedDecodeLaunch2 gemm2_many;     // larger chunks
+  // One-token chunks: gemm2_latency, or shape 0 where fused_decode_one_token_whole_experts (and no
+  // FP4MOE_FD_GEMM2_SHAPE), with its table-free instance only where its register fit holds (as below).
+  FusedDecodeLaunch2 gemm2_one_token;
+  bool gemm2_one_token_table_free = false;
   int route_share_from = 0;  // tokens from which launch 1's CTAs share routing (fused_decode_route_share_from)
   // FP4MOE_FD_TABLE_SCALES=1 (measurements, tests; 0 or unset: not forced, other values are errors): the
   // kernels load every block scale from the table even where all of a matrix's scales allow the table-free

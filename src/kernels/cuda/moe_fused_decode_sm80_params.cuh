@@ -105,6 +105,10 @@ static_assert(kFusedDecodeDefaultGemm2Shape >= 0 && kFusedDecodeDefaultGemm2Shap
               "chunks of more than 8 tokens need a 16-row default and a fallback of one CTA per SM");
 static_assert(kFusedDecodeGemm2FewShape >= 0 && kFusedDecodeGemm2FewShape < kGemm2ShapeCount,
               "the shape for chunks of 4..8 tokens");
+static_assert(kFusedDecodeOneTokenGemm2Shape >= 0 && kFusedDecodeOneTokenGemm2Shape < kGemm2ShapeCount &&
+                  kGemm2Shapes[kFusedDecodeOneTokenGemm2Shape].warps == kFusedDecodeOneTokenWarps &&
+                  kGemm2Shapes[kFusedDecodeOneTokenGemm2Shape].row_tiles == 1,
+              "the one-token shape: kFusedDecodeOneTokenWarps warps over 16 rows");
 static_assert(kFusedDecodeGemm2FewFrom >= 1 && kFusedDecodeGemm2FewFrom <= kTokenGroup + 1, "a threshold within 1..9");
 static_assert(kFusedDecodeMaxTokens % kTokenGroup == 0, "token chunks are whole token groups");
 static_assert(kFusedDecodeGemm2FewUpTo == kTokenGroup, "launch 2's one-tile instances take one token group");

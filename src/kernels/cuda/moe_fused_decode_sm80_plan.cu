@@ -208,6 +208,17 @@ FusedDecodePlan plan_moe_fused_decode(const MoeProblem& problem, int multiproces
   }
   plan.gemm2_latency_table_free =
       fused_decode_register_fit(plan.gemm1_one_token_shape, true, plan.gemm2_latency.shape, true, true).fits();
+  // One token: 8 warps where each takes one whole expert (fused_decode_one_token_whole_experts), at the shape's
+  // full CTAs per SM; else the latency configuration.
+  const FusedDecodeLaunch2 one_token =
+      shape2_knob < 0 && fused_decode_one_token_whole_experts(problem)
+          ? size_gemm2(problem, tk_cap, kFusedDecodeOneTokenGemm2Shape, true, multiprocessors, optin, true)
+          : FusedDecodeLaunch2{};
+  plan.gemm2_one_token = one_token.grid > 0 ? one_token : plan.gemm2_latency;
+  plan.gemm2_one_token_table_free =
+      one_token.grid > 0
+          ? fused_decode_register_fit(plan.gemm1_one_token_shape, true, plan.gemm2_one_token.shape, true, true).fits()
+          : plan.gemm2_latency_table_free;
   return plan;
 }
 

@@ -206,6 +206,27 @@ TEST(BackendVariants, FusedDecodeLaunch2UseByChunkTokens) {
   }
 }
 
+// One token's launch 2 takes 8 warps where each then takes one whole expert of at most 8 K chunks (r47:
+// measured faster at the first three, slower at the next three; DeepSeek-V3 by the rule, not measured).
+TEST(BackendVariants, FusedDecodeOneTokenEightWarpsWhereEachTakesWholeExperts) {
+  struct Case {
+    const char* preset;
+    int64_t hidden, inter, experts, top_k;
+    bool eight_warps;
+  };
+  for (const Case& c : {Case{"qwen3-30b-a3b", 2048, 768, 128, 8, true}, Case{"qwen3.5-35b-a3b", 2048, 512, 256, 8, true},
+                        Case{"qwen3.5-122b-a10b", 3072, 1024, 256, 8, true},
+                        Case{"qwen3-235b-a22b", 4096, 1536, 128, 8, false},
+                        Case{"qwen3-next-80b-a3b", 2048, 512, 512, 10, false},
+                        Case{"qwen3.5-397b-a17b", 4096, 1024, 512, 10, false},
+                        Case{"deepseek-v3", 7168, 2048, 256, 8, false}}) {
+    const MoeProblem w4a16 = make_moe_problem(c.hidden, c.inter, c.experts, c.top_k, ActivationMode::kW4A16);
+    EXPECT_EQ(fused_decode_one_token_whole_experts(w4a16), c.eight_warps) << c.preset;
+    const MoeProblem w4a4 = make_moe_problem(c.hidden, c.inter, c.experts, c.top_k, ActivationMode::kW4A4);
+    EXPECT_FALSE(fused_decode_one_token_whole_experts(w4a4)) << c.preset << " W4A4 (not measured)";
+  }
+}
+
 // The default threshold by router size E x H: the small-router one up to Qwen3-Next-80B's 512 x 2048
 // (measured there, r31), the large-router one above (Qwen3.5-397B's 512 x 4096).
 TEST(BackendVariants, FusedDecodeSharesRoutingLaterForSmallRouters) {

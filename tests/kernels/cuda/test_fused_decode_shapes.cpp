@@ -69,6 +69,33 @@ TEST(FusedDecodeShapes, EveryLaunch2ShapeMatchesTheReferenceAndIsDeterministic) 
   }
 }
 
+// One token where the plan gives launch 2 its own 8-warp configuration (top-8, I <= 1024: every warp one whole
+// expert; the suite's problems are top-4): the reference's function, every element written, two eager runs
+// and a graph replay the same bits. H = 6144: later row blocks after the wait, as above.
+TEST(FusedDecodeShapes, OneTokenEightWarpLaunch2MatchesTheReference) {
+  std::string why;
+  const DeviceInfo* device = test::sm80_device(why);
+  if (!device) GTEST_SKIP() << why;
+  FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
+  const KnobReset reset{"FP4MOE_FD_GEMM2_SHAPE"};
+  unsetenv("FP4MOE_FD_GEMM2_SHAPE");
+  const MoeProblem problem = make_moe_problem(6144, 384, 32, 8, ActivationMode::kW4A16);
+  ASSERT_TRUE(fused_decode_one_token_whole_experts(problem));
+  ASSERT_EQ(plan_moe_fused_decode(problem, device->multiprocessors).gemm2_one_token.shape,
+            kFusedDecodeOneTokenGemm2Shape);
+  const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 23);
+  test::Runner runner("cuda.sm80.fused_decode.v1", problem, weights, 2, *device);
+  for (int64_t T : {1, 2}) {  // 2: the latency configuration beside it
+    const std::string label = "top-8 T=" + std::to_string(T);
+    const std::vector<float> hidden = synthetic_activations(T, problem.hidden, 33 + T);
+    const std::vector<float> logits = test::random_logits(T, problem.num_experts, 43 + T);
+    test::check_case(runner, problem, weights, hidden, logits, nullptr, T, 1, label);
+    const std::vector<uint16_t> first = runner.run(hidden, logits, nullptr, T);
+    EXPECT_TRUE(first == runner.run(hidden, logits, nullptr, T)) << label << ": two eager runs differ";
+    EXPECT_TRUE(first == runner.run_graph(T)) << label << ": graph replay differs from eager";
+  }
+}
+
 // Launch 1's W4A16 shapes (FP4MOE_FD_GEMM1_SHAPE: 16- or 32-row items, CTAs per SM): the same sums in
 // the same order per h element (each 16-row tile's mma chain over the warp's chunks, then the warps in
 // order), so every shape must give shape 0's bits, match the CPU reference, and replay the same in a graph.
@@ -197,18 +224,27 @@ TEST(FusedDecodeShapes, Launch2ShapesFollowTheChunkSizeAndTheRowBalance) {
   EXPECT_EQ(wide_plan.gemm2_many.grid, 4096 / 16);
   EXPECT_LT(wide_plan.gemm2_latency.smem, wide_plan.gemm2_many.smem) << "the one-tile instance holds 8 tokens, not 64";
   const FusedDecodePlan narrow_plan = plan_moe_fused_decode(narrow, 132);
+  // One token at top-8 and I = 512: 8 warps, one whole expert each (fused_decode_one_token_whole_experts).
+  EXPECT_EQ(wide_plan.gemm2_one_token.shape, kFusedDecodeOneTokenGemm2Shape);
+  EXPECT_EQ(narrow_plan.gemm2_one_token.shape, kFusedDecodeOneTokenGemm2Shape);
+  EXPECT_EQ(narrow_plan.gemm2_one_token.grid, 2048 / 16);
+  const FusedDecodePlan top10_plan = plan_moe_fused_decode(make_moe_problem(2048, 512, 64, 10, ActivationMode::kW4A16), 132);
+  EXPECT_EQ(top10_plan.gemm2_one_token.shape, top10_plan.gemm2_latency.shape) << "top-10: the latency configuration";
+  EXPECT_EQ(top10_plan.gemm2_one_token.grid, top10_plan.gemm2_latency.grid);
   EXPECT_EQ(narrow_plan.gemm2_latency.shape, kFusedDecodeDefaultGemm2Shape);
   EXPECT_EQ(narrow_plan.gemm2_few.shape, kFusedDecodeDefaultGemm2Shape) << "32-row CTAs would leave SMs idle";
   EXPECT_EQ(narrow_plan.gemm2_few.grid, 2048 / 16);
   ASSERT_EQ(setenv("FP4MOE_FD_GEMM2_SHAPE", std::to_string(kFusedDecodeGemm2FewShape).c_str(), 1), 0);
   const FusedDecodePlan forced = plan_moe_fused_decode(narrow, 132);
   EXPECT_EQ(forced.gemm2_latency.shape, kFusedDecodeGemm2FewShape);
+  EXPECT_EQ(forced.gemm2_one_token.shape, kFusedDecodeGemm2FewShape) << "the knob forces one token's shape too";
   EXPECT_EQ(forced.gemm2_few.shape, kFusedDecodeGemm2FewShape);
   EXPECT_EQ(forced.gemm2_few.grid, 2048 / 32);
   EXPECT_EQ(forced.gemm2_many.shape, kFusedDecodeDefaultGemm2Shape) << "a 32-row shape took chunks of 64 tokens";
   ASSERT_EQ(setenv("FP4MOE_FD_GEMM2_SHAPE", "0", 1), 0);
   const FusedDecodePlan eight_warps = plan_moe_fused_decode(wide, 132);
-  for (const FusedDecodeLaunch2& launch : {eight_warps.gemm2_latency, eight_warps.gemm2_few, eight_warps.gemm2_many})
+  for (const FusedDecodeLaunch2& launch :
+       {eight_warps.gemm2_latency, eight_warps.gemm2_few, eight_warps.gemm2_many, eight_warps.gemm2_one_token})
     EXPECT_EQ(launch.shape, 0);
   for (const std::string& bad : {std::to_string(kFusedDecodeGemm2ShapeCount), std::string("x")}) {
     ASSERT_EQ(setenv("FP4MOE_FD_GEMM2_SHAPE", bad.c_str(), 1), 0);
