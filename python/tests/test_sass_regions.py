@@ -74,3 +74,28 @@ def test_a_page_without_sample_columns_is_an_error(tmp_path):
     path.write_text('"Kernel Name","k"\n"Address","Source"\n"0x1","EXIT"\n')
     result = run(path)
     assert result.returncode != 0 and "lacks the column" in result.stderr
+
+
+def test_each_kernel_reads_its_own_columns(tmp_path):
+    # Each kernel's source page has its own header: here the first kernel has two cache-policy columns the
+    # second lacks, so its "no instruction" column sits two places later (r48: the script had read every
+    # kernel with the last kernel's header and reported 0 fetch stalls for launch 1 of the fused decode).
+    out = io.StringIO()
+    w = csv.writer(out, quoting=csv.QUOTE_ALL)
+    w.writerow(["Kernel Name", "with_policies"])
+    w.writerow(HEAD + ["L2 Explicit Evict Policies", "L2 Explicit Hit Policy Evict First", "stall_no_inst"])
+    w.writerow(["0x7f0000000000", "S2R R0, SR_TID.X", 9, 4, 100, 200, 7])
+    w.writerow(["0x7f0000000010", "EXIT", 1, 4, 100, 200, 0])
+    w.writerow(["Kernel Name", "without"])
+    w.writerow(HEAD + ["stall_no_inst"])
+    w.writerow(["0x7f0000100000", "S2R R0, SR_TID.X", 5, 4, 3])
+    w.writerow(["0x7f0000100010", "EXIT", 5, 4, 0])
+    path = tmp_path / "sass.csv"
+    path.write_text(out.getvalue())
+    result = run(path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("== with_policies: 10 samples")
+    assert "no-instruction stalls 7 of 10 samples" in lines[1]
+    footprint = [l for l in lines if "no-instruction stalls" in l]
+    assert len(footprint) == 2 and "no-instruction stalls 3 of 10 samples" in footprint[1]

@@ -25,22 +25,27 @@ TAGS = ("HGMMA", "STG", "UCGABAR", "TRYWAIT", "DEPBAR", "UTMALDG", "UBLKCP", "LD
 
 
 def kernels_of(path):
+    """Each profiled kernel's name, its header (column name -> index: each kernel's source page has its own
+    columns, e.g. L2 cache-policy ones only where its code sets a policy) and its instruction rows."""
     kernels, head = [], None
     for row in csv.reader(open(path)):
         if not row:
             continue
         if row[0] == "Kernel Name":
-            kernels.append({"name": row[1], "rows": []})
+            kernels.append({"name": row[1], "rows": [], "head": None})
         elif row[0] == "Address":
             head = {name: i for i, name in enumerate(row)}
+            if kernels:
+                kernels[-1]["head"] = head
         elif kernels and row[0].startswith("0x"):
             kernels[-1]["rows"].append(row)
     if head is None or not kernels:
         sys.exit(f"{path}: no kernel with a source page (ncu --page source --csv --print-source sass)")
-    for column in ("Source", "Warp Stall Sampling (All Samples)", "Instructions Executed"):
-        if column not in head:
-            sys.exit(f"{path}: this ncu's source page lacks the column {column!r}")
-    return kernels, head
+    for kernel in kernels:
+        for column in ("Source", "Warp Stall Sampling (All Samples)", "Instructions Executed"):
+            if kernel["rows"] and column not in (kernel["head"] or {}):
+                sys.exit(f"{path}: this ncu's source page lacks the column {column!r} ({kernel['name'][:60]})")
+    return kernels
 
 
 def footprint(rows, head, samples, executed):
@@ -57,11 +62,10 @@ def footprint(rows, head, samples, executed):
 
 
 def main(path, min_share):
-    kernels, head = kernels_of(path)
-    samples = lambda r: int(r[head["Warp Stall Sampling (All Samples)"]] or 0)
-    executed = lambda r: int(r[head["Instructions Executed"]] or 0)
-    for kernel in kernels:
-        rows = kernel["rows"]
+    for kernel in kernels_of(path):
+        rows, head = kernel["rows"], kernel["head"]
+        samples = lambda r: int(r[head["Warp Stall Sampling (All Samples)"]] or 0)
+        executed = lambda r: int(r[head["Instructions Executed"]] or 0)
         total = sum(samples(r) for r in rows)
         print(f"== {kernel['name'][:110]}: {total} samples")
         if not rows or total == 0:
