@@ -42,10 +42,7 @@ void expect_plan_error(const MoeProblem& problem, int multiprocessors, const std
 }
 
 TEST(FusedDecodeShapes, EveryLaunch2ShapeMatchesTheReferenceAndIsDeterministic) {
-  std::string why;
-  const DeviceInfo* device = test::sm80_device(why);
-  if (!device) GTEST_SKIP() << why;
-  FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
+  FP4MOE_REQUIRE_SM80(device);
   const MoeProblem base = make_moe_problem(6144, 256, 32, 4, ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(base.num_experts, base.hidden, base.inter, 21);
   const KnobReset reset{"FP4MOE_FD_GEMM2_SHAPE"};
@@ -73,10 +70,7 @@ TEST(FusedDecodeShapes, EveryLaunch2ShapeMatchesTheReferenceAndIsDeterministic) 
 // expert; the suite's problems are top-4): the reference's function, every element written, two eager runs
 // and a graph replay the same bits. H = 6144: later row blocks after the wait, as above.
 TEST(FusedDecodeShapes, OneTokenEightWarpLaunch2MatchesTheReference) {
-  std::string why;
-  const DeviceInfo* device = test::sm80_device(why);
-  if (!device) GTEST_SKIP() << why;
-  FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
+  FP4MOE_REQUIRE_SM80(device);
   const KnobReset reset{"FP4MOE_FD_GEMM2_SHAPE"};
   unsetenv("FP4MOE_FD_GEMM2_SHAPE");
   const MoeProblem problem = make_moe_problem(6144, 384, 32, 8, ActivationMode::kW4A16);
@@ -101,10 +95,7 @@ TEST(FusedDecodeShapes, OneTokenEightWarpLaunch2MatchesTheReference) {
 // order), so every shape must give shape 0's bits, match the CPU reference, and replay the same in a graph.
 // I = 384 gives 48 or 24 row blocks per token group, H = 2048 16 chunks (2 per warp).
 TEST(FusedDecodeShapes, EveryLaunch1ShapeGivesTheSameBits) {
-  std::string why;
-  const DeviceInfo* device = test::sm80_device(why);
-  if (!device) GTEST_SKIP() << why;
-  FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
+  FP4MOE_REQUIRE_SM80(device);
   const MoeProblem problem = make_moe_problem(2048, 384, 32, 4, ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 25);
   const KnobReset reset{"FP4MOE_FD_GEMM1_SHAPE"};
@@ -128,10 +119,7 @@ TEST(FusedDecodeShapes, EveryLaunch1ShapeGivesTheSameBits) {
 // The plan's launch-1 shape: W4A4 always its own (32-row items); FP4MOE_FD_GEMM1_SHAPE takes 0..count-1 for
 // W4A16 and is an error naming the knob otherwise, or with W4A4 (it would be ignored there).
 TEST(FusedDecodeShapes, Launch1ShapeKnobIsCheckedAndW4A4KeepsItsShape) {
-  std::string why;
-  const DeviceInfo* device = test::sm80_device(why);
-  if (!device) GTEST_SKIP() << why;
-  FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
+  FP4MOE_REQUIRE_SM80(device);
   const KnobReset reset{"FP4MOE_FD_GEMM1_SHAPE"};
   const MoeProblem w4a16 = make_moe_problem(2048, 384, 32, 4, ActivationMode::kW4A16);
   const MoeProblem w4a4 = test::with_mode(w4a16, ActivationMode::kW4A4);
@@ -201,10 +189,7 @@ TEST(FusedDecodeShapes, OneTokenTakesTheEarlyPrimeTwinWhereItFits) {
 // rows; H = 2048's 128 tiles would be 2 on 64 SMs, so 16-row CTAs (grid 128). FP4MOE_FD_GEMM2_SHAPE forces
 // the shape of the chunks of up to 8 tokens, and of the larger ones only with a 16-row shape.
 TEST(FusedDecodeShapes, Launch2ShapesFollowTheChunkSizeAndTheRowBalance) {
-  std::string why;
-  const DeviceInfo* device = test::sm80_device(why);
-  if (!device) GTEST_SKIP() << why;
-  FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
+  FP4MOE_REQUIRE_SM80(device);
   int optin = 0, per_sm = 0;
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device->ordinal));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device->ordinal));
@@ -320,10 +305,7 @@ TEST(FusedDecodeRegisters, OneTokenLaunch2FitsBesideTheLastLaunch1Cta) {
 // itself (=65: never shared). Same slots, same sums: the outputs must be the same bits, eager and in
 // graph replays (each launch's flags carry a new tag; the workspace starts as 0xFF bytes).
 TEST(FusedDecodeRouting, SharedAndPerCtaRoutingGiveTheSameBits) {
-  std::string why;
-  const DeviceInfo* device = test::sm80_device(why);
-  if (!device) GTEST_SKIP() << why;
-  FP4MOE_CUDA_CHECK(cudaSetDevice(device->ordinal));
+  FP4MOE_REQUIRE_SM80(device);
   const KnobReset reset{"FP4MOE_FD_ROUTE_SHARE_FROM"};
   const MoeProblem problem = make_moe_problem(1024, 256, 64, 6, ActivationMode::kW4A16);
   const MoeWeights weights = synthetic_moe_weights(problem.num_experts, problem.hidden, problem.inter, 23);
