@@ -519,15 +519,23 @@ Workspace carve(void* workspace, const MoeProblem& problem, int tk_cap) {
   return w;
 }
 
-// Launch 2's configuration for a kind of chunk (plan_moe_fused_decode's three; one token: gemm2_one_token).
-const FusedDecodeLaunch2& launch2_for(const FusedDecodePlan& plan, FusedDecodeLaunch2Use use) {
+// Launch 2's configuration for a chunk of `tokens` (plan_moe_fused_decode's three by the kind of chunk; one
+// token its own, gemm2_one_token), and whether the plan's register fit allows its table-free instance (the
+// matrix's scales are checked apart).
+struct Launch2Choice {
+  const FusedDecodeLaunch2* config;
+  bool table_free_fits;
+};
+Launch2Choice launch2_for(const FusedDecodePlan& plan, int64_t tokens) {
+  if (tokens == 1) return {&plan.gemm2_one_token, plan.gemm2_one_token_table_free};
+  const FusedDecodeLaunch2Use use = fused_decode_launch2_use(tokens);
   switch (use) {
-    case FusedDecodeLaunch2Use::kLatency: return plan.gemm2_latency;
-    case FusedDecodeLaunch2Use::kFew: return plan.gemm2_few;
-    case FusedDecodeLaunch2Use::kMany: return plan.gemm2_many;
+    case FusedDecodeLaunch2Use::kLatency: return {&plan.gemm2_latency, plan.gemm2_latency_table_free};
+    case FusedDecodeLaunch2Use::kFew: return {&plan.gemm2_few, true};
+    case FusedDecodeLaunch2Use::kMany: return {&plan.gemm2_many, true};
   }
   FP4MOE_CHECK(false, "fused decode: unknown launch-2 configuration ", static_cast<int>(use));
-  return plan.gemm2_many;
+  return {&plan.gemm2_many, true};
 }
 
 }  // namespace
@@ -651,12 +659,10 @@ void launch_moe_fused_decode(const MoeProblem& problem, const FusedDecodeWeights
     p2.out = out + t0 * H;
     // SM90+: launch 2 overlaps launch 1's tail (programmatic dependent launch). Up to 8 tokens, every
     // expert's tokens are one tile. One token may take its own configuration (plan.gemm2_one_token).
-    const FusedDecodeLaunch2Use use = fused_decode_launch2_use(T);
-    const FusedDecodeLaunch2& launch2 = T == 1 ? plan.gemm2_one_token : launch2_for(plan, use);
-    const bool launch2_table_free =
-        w2_table_free && (T == 1 ? plan.gemm2_one_token_table_free
-                                 : use != FusedDecodeLaunch2Use::kLatency || plan.gemm2_latency_table_free);
-    launch_maybe_programmatic(gemm2_kernel(launch2.shape, use != FusedDecodeLaunch2Use::kMany, launch2_table_free),
+    const Launch2Choice choice = launch2_for(plan, T);
+    const FusedDecodeLaunch2& launch2 = *choice.config;
+    const bool one_tile = fused_decode_launch2_use(T) != FusedDecodeLaunch2Use::kMany;
+    launch_maybe_programmatic(gemm2_kernel(launch2.shape, one_tile, w2_table_free && choice.table_free_fits),
                               static_cast<unsigned>(launch2.grid),
                               static_cast<unsigned>(kGemm2Shapes[launch2.shape].warps * 32),  // shape checked above
                               launch2.smem, stream, p2);
