@@ -170,13 +170,79 @@ void read_deepseek_v3(const Fields& f, ModelConfig& c) {
   read_rope(f, c, 1e4);
 }
 
-void check_positive(const ModelConfig& c, std::string_view label) {
-  const std::pair<const char*, int64_t> fields[] = {
-      {"num_hidden_layers", c.num_layers}, {"hidden_size", c.hidden},        {"vocab_size", c.vocab},
-      {"num experts", c.num_experts},      {"num_experts_per_tok", c.top_k}, {"moe_intermediate_size", c.moe_inter}};
-  for (const auto& [name, value] : fields) FP4MOE_CHECK(value > 0, label, ": ", name, " must be > 0, got ", value);
-  FP4MOE_CHECK(c.top_k <= c.num_experts, label, ": num_experts_per_tok ", c.top_k, " exceeds the ", c.num_experts,
-               " experts");
+// Bounds on a config's sizes: far above every supported model (models-and-anchors.md: at most 94 layers,
+// hidden 7168, 512 experts, vocab 248320, 60 x 512 expert instances), low enough that the expected tensor
+// list and every tensor's element count stay small. A config.json outside them is refused before anything is
+// sized from it: a claimed 2^31 experts had `inspect` build its expected tensor list until memory ran out,
+// and zero heads gave a checkpoint of empty tensors.
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxWidth = int64_t{1} << 16;  // hidden, intermediate, rank and head sizes
+constexpr int64_t kMaxDenseWidth = int64_t{1} << 18;  // dense MLP and shared-expert intermediate sizes
+constexpr int64_t kMaxVocab = int64_t{1} << 22;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxExperts = 4096;  // the MoE problem's own bound (kernels/moe_problem.cpp)
+constexpr int64_t kMaxExpertInstances = int64_t{1} << 18;  // MoE layers x experts (Qwen3.5-397B: 30720)
+static_assert(kMaxLayers * kMaxExperts > kMaxExpertInstances, "the product needs its own bound");
+
+void check_model_config(const ModelConfig& c, std::string_view label) {
+  struct Range {
+    const char* name;
+    int64_t value, min, max;
+  };
+  std::vector<Range> ranges = {{"num_hidden_layers", c.num_layers, 1, kMaxLayers},
+                               {"hidden_size", c.hidden, 1, kMaxWidth},
+                               {"vocab_size", c.vocab, 1, kMaxVocab},
+                               {"num_attention_heads", c.num_heads, 1, kMaxHeads},
+                               {"num_key_value_heads", c.num_kv_heads, 1, kMaxHeads},
+                               {"head_dim", c.head_dim, 1, kMaxWidth},
+                               {"num experts", c.num_experts, 1, kMaxExperts},
+                               {"num_experts_per_tok", c.top_k, 1, c.num_experts},
+                               {"moe_intermediate_size", c.moe_inter, 1, kMaxWidth},
+                               {"shared expert intermediate size", c.shared_expert_inter, 0, kMaxDenseWidth},
+                               {"first_k_dense_replace", c.first_dense_layers, 0, c.num_layers - 1}};
+  if (c.full_attention_interval > 0) {  // Gated DeltaNet layers (qwen3_5_moe, qwen3_next)
+    ranges.insert(ranges.end(), {{"linear_num_key_heads", c.linear_num_key_heads, 1, kMaxHeads},
+                                 {"linear_num_value_heads", c.linear_num_value_heads, 1, kMaxHeads},
+                                 {"linear_key_head_dim", c.linear_key_head_dim, 1, kMaxWidth},
+                                 {"linear_value_head_dim", c.linear_value_head_dim, 1, kMaxWidth},
+                                 {"linear_conv_kernel_dim", c.linear_conv_kernel_dim, 1, kMaxHeads}});
+  }
+  if (c.name == "deepseek_v3") {
+    ranges.insert(ranges.end(), {{"intermediate_size", c.dense_inter, 1, kMaxDenseWidth},
+                                 {"n_group", c.n_group, 1, c.num_experts},
+                                 {"topk_group", c.topk_group, 1, c.n_group},
+                                 {"q_lora_rank", c.q_lora_rank, 0, kMaxWidth},
+                                 {"kv_lora_rank", c.kv_lora_rank, 1, kMaxWidth},
+                                 {"qk_nope_head_dim", c.qk_nope_head_dim, 0, kMaxWidth},
+                                 {"qk_rope_head_dim", c.qk_rope_head_dim, 1, kMaxWidth},
+                                 {"v_head_dim", c.v_head_dim, 1, kMaxWidth}});
+  }
+  for (const Range& r : ranges) {
+    FP4MOE_CHECK(r.value >= r.min && r.value <= r.max, label, ": ", r.name, " is ", r.value, ", outside [", r.min,
+                 ", ", r.max, "]");
+  }
+  FP4MOE_CHECK(c.num_heads % c.num_kv_heads == 0, label, ": num_attention_heads ", c.num_heads,
+               " is not a multiple of num_key_value_heads ", c.num_kv_heads);
+  if (c.full_attention_interval > 0) {
+    FP4MOE_CHECK(c.linear_num_value_heads % c.linear_num_key_heads == 0, label, ": linear_num_value_heads ",
+                 c.linear_num_value_heads, " is not a multiple of linear_num_key_heads ", c.linear_num_key_heads);
+  }
+  if (c.name == "deepseek_v3") {
+    FP4MOE_CHECK(c.num_experts % c.n_group == 0, label, ": n_group ", c.n_group, " does not divide the ",
+                 c.num_experts, " experts");
+  }
+  const int64_t moe_layers = c.num_layers - c.first_dense_layers;
+  FP4MOE_CHECK(moe_layers * c.num_experts <= kMaxExpertInstances, label, ": ", moe_layers, " MoE layers of ",
+               c.num_experts, " experts are ", moe_layers * c.num_experts, " expert instances, more than fp4moe's ",
+               kMaxExpertInstances);
+  const std::pair<const char*, double> positive[] = {{"rms_norm_eps", c.rms_norm_eps},
+                                                     {"rope_theta", c.rope_theta},
+                                                     {"routed_scaling_factor", c.routed_scaling_factor},
+                                                     {"partial_rotary_factor", c.partial_rotary_factor}};
+  for (const auto& [name, value] : positive)
+    FP4MOE_CHECK(std::isfinite(value) && value > 0.0, label, ": ", name, " must be a finite number > 0, got ", value);
+  FP4MOE_CHECK(c.partial_rotary_factor <= 1.0, label, ": partial_rotary_factor ", c.partial_rotary_factor,
+               " is more than 1");
 }
 
 std::string kv_algo_from_json(const json& v, std::string_view label) {
@@ -240,7 +306,7 @@ ModelConfig parse_hf_config(const json& config, std::string_view label) {
     fail(label, ": model_type '", model_type,
          "' is not supported (qwen3_5_moe, qwen3_5_moe_text, qwen3_next, qwen3_moe, deepseek_v3)");
   }
-  check_positive(c, label);
+  check_model_config(c, label);
   return c;
 }
 

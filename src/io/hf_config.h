@@ -4,7 +4,7 @@
 // Supported model_types: qwen3_5_moe (the multimodal wrapper; the text model is read from its
 // nested `text_config`, model_type qwen3_5_moe_text), qwen3_5_moe_text, qwen3_next, qwen3_moe and
 // deepseek_v3. Anything else is an Error naming the file and the value, as is a missing or
-// mistyped field.
+// mistyped field, or a size outside fp4moe's bounds (zero heads, 2^31 experts: hf_config.cpp).
 #pragma once
 #include <filesystem>
 #include <nlohmann/json.hpp>

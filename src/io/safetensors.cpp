@@ -512,6 +512,11 @@ void pwrite_all(int fd, const uint8_t* data, uint64_t bytes, uint64_t offset, co
     offset += static_cast<uint64_t>(n);
   }
 }
+// The file names the writer gives shards: model.safetensors and model-0000i-of-0000n.safetensors.
+bool is_writer_shard_name(const std::string& file) {
+  return file == "model.safetensors" || (file.size() == 32 && file.compare(0, 6, "model-") == 0 &&
+                                         file.compare(11, 4, "-of-") == 0 && file.compare(20, 12, ".safetensors") == 0);
+}
 }  // namespace
 
 SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& dir, std::vector<TensorSpec> specs,
@@ -543,12 +548,16 @@ SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& dir, std::vect
     planned_.push_back(Planned{std::move(specs[i]), static_cast<int>(shard_members.size()) - 1, 0, 0});
   }
   const int n = static_cast<int>(shard_members.size());
+  std::vector<std::string> names(static_cast<size_t>(n)), headers(static_cast<size_t>(n));
+  std::vector<uint64_t> file_bytes(static_cast<size_t>(n));
+  uint64_t needed = 0;
   for (int s = 0; s < n; ++s) {
     char name[64];
     if (n == 1)
       std::snprintf(name, sizeof(name), "model.safetensors");
     else
       std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", s + 1, n);
+    names[static_cast<size_t>(s)] = name;
     std::vector<size_t>& members = shard_members[static_cast<size_t>(s)];
     // Larger elements first keeps every tensor aligned to its element size.
     std::stable_sort(members.begin(), members.end(), [&](size_t a, size_t b) {
@@ -571,9 +580,29 @@ SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& dir, std::vect
     while ((8 + text.size()) % 8 != 0) text.push_back(' ');
     const uint64_t data_start = 8 + text.size();
     for (size_t i : members) planned_[i].offset += data_start;
-
-    Shard shard{name, -1};
-    const std::string path = (dir / name).string();
+    file_bytes[static_cast<size_t>(s)] = data_start + offset;
+    needed += data_start + offset;
+    headers[static_cast<size_t>(s)] = std::move(text);
+  }
+  // Refuse before creating anything when the checkpoint cannot fit: the shards are sized sparse, so a
+  // full disk would otherwise show only hours into a large write. Shards of an earlier run here are
+  // replaced, so their bytes count as free. (Where the file system cannot say, the writes' own errors remain.)
+  const fs::space_info space = fs::space(dir, ec);
+  if (!ec) {
+    uint64_t replaced = 0;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+      std::error_code size_ec;
+      const uint64_t size = e.is_regular_file(size_ec) ? e.file_size(size_ec) : 0;
+      if (!size_ec && is_writer_shard_name(e.path().filename().string())) replaced += size;
+    }
+    const uint64_t free_bytes = space.available > UINT64_MAX - replaced ? UINT64_MAX : space.available + replaced;
+    FP4MOE_CHECK(needed <= free_bytes, dir.string(), ": the checkpoint needs ", needed, " bytes (", needed >> 30,
+                 " GiB) and the file system has ", free_bytes, " (", free_bytes >> 30, " GiB) free for it");
+  }
+  for (int s = 0; s < n; ++s) {
+    const std::string& text = headers[static_cast<size_t>(s)];
+    Shard shard{names[static_cast<size_t>(s)], -1};
+    const std::string path = (dir / shard.file_name).string();
     shard.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     FP4MOE_CHECK(shard.fd >= 0, path, ": cannot create: ", std::strerror(errno));
     shards_.push_back(shard);
@@ -581,7 +610,7 @@ SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& dir, std::vect
     for (int b = 0; b < 8; ++b) len[b] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * b));
     pwrite_all(shard.fd, len, 8, 0, path);
     pwrite_all(shard.fd, reinterpret_cast<const uint8_t*>(text.data()), text.size(), 8, path);
-    FP4MOE_CHECK(::ftruncate(shard.fd, static_cast<off_t>(data_start + offset)) == 0, path,
+    FP4MOE_CHECK(::ftruncate(shard.fd, static_cast<off_t>(file_bytes[static_cast<size_t>(s)])) == 0, path,
                  ": cannot size the file: ", std::strerror(errno));
   }
   // Shards and an index left by an earlier run into the same directory would be mixed up with
@@ -591,10 +620,7 @@ SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& dir, std::vect
   for (const Shard& s : shards_) current.insert(s.file_name);
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string file = e.path().filename().string();
-    const bool ours =
-        file == "model.safetensors" || (file.size() == 32 && file.compare(0, 6, "model-") == 0 &&
-                                        file.compare(11, 4, "-of-") == 0 && file.compare(20, 12, ".safetensors") == 0);
-    if (ours && !current.count(file)) fs::remove(e.path(), ec);
+    if (is_writer_shard_name(file) && !current.count(file)) fs::remove(e.path(), ec);
   }
 }
 

@@ -151,7 +151,8 @@ struct TensorSpec {
 // own). One shard: `model.safetensors`; several: `model-0000i-of-0000n.safetensors` plus
 // `model.safetensors.index.json` ({"metadata": {"total_size"}, "weight_map"}), as Hugging Face
 // writes them. Within a shard, tensors are ordered by decreasing dtype size so that every tensor
-// starts aligned for its dtype (the header is padded with spaces to a multiple of 8).
+// starts aligned for its dtype (the header is padded with spaces to a multiple of 8). A checkpoint
+// larger than the file system's free space is refused before any shard is created or replaced.
 class SafetensorsWriter {
  public:
   SafetensorsWriter(const std::filesystem::path& dir, std::vector<TensorSpec> specs, uint64_t max_shard_bytes,

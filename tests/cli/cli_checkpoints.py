@@ -5,7 +5,8 @@
 - every corrupted file of safetensors_corpus.py makes inspect exit 1 with the expected message on
   stderr, never crash (no signal, no "unexpected error" exit 70);
 - broken checkpoint directories (index pointing at a missing shard or at an absent tensor, a shard
-  missing an expert tensor) are reported: unreadable ones exit 1, inconsistent ones exit 2.
+  missing an expert tensor, a config.json with absurd sizes) are reported: unreadable ones exit 1,
+  inconsistent ones exit 2.
 
 usage: cli_checkpoints.py --fp4moe PATH        (standard library only)
 """
@@ -131,6 +132,21 @@ def main():
         check_no_crash(r, "absent tensor")
         check(r.returncode == 1 and f"tensor '{victim}' is mapped to shard" in r.stderr,
               f"index entry without tensor: {r.returncode} {r.stderr.strip()}")
+        # A config.json claiming 2^31 experts: a problem named at once (it used to have inspect build its
+        # expected tensor list until memory ran out), and synth --config refuses it.
+        absurd = os.path.join(work, "absurd_config")
+        shutil.copytree(a, absurd)
+        config = json.load(open(os.path.join(absurd, "config.json")))
+        config["text_config"]["num_experts"] = 1 << 31
+        json.dump(config, open(os.path.join(absurd, "config.json"), "w"))
+        r = run([exe, "inspect", absurd])
+        check_no_crash(r, "absurd config")
+        check(r.returncode == 2 and "num experts is 2147483648, outside [1, 4096]" in r.stdout,
+              f"absurd config: {r.returncode} {r.stdout}")
+        r = run([exe, "synth", "--config", os.path.join(absurd, "config.json"), "--out", os.path.join(work, "y")])
+        check(r.returncode == 1 and "config.json: num experts is 2147483648" in r.stderr,
+              f"synth of an absurd config: {r.returncode} {r.stderr}")
+        check(not os.path.exists(os.path.join(work, "y")), "synth of an absurd config created its output directory")
         # Consistent files, but an expert tensor is gone from both shard and index: inconsistent (exit 2).
         idx = json.load(open(os.path.join(absent, "model.safetensors.index.json")))
         del idx["weight_map"][victim]

@@ -146,6 +146,57 @@ TEST(HfConfig, ClearErrors) {
   EXPECT_NE(e.find("layer_types[0]"), std::string::npos) << e;
 }
 
+// Sizes outside fp4moe's bounds are refused with the field and the file named, before anything is sized
+// from them (a claimed 2^31 experts once had inspect build its expected tensor list until memory ran out).
+TEST(HfConfig, AbsurdSizesAreClearErrors) {
+  const json qwen3 = json::parse(hf_config_json(model_preset("qwen3-30b-a3b")).dump());
+  const json hybrid = json::parse(hf_config_json(model_preset("tiny")).dump());
+  const json deepseek = json::parse(hf_config_json(model_preset("deepseek-v3")).dump());
+  struct Case {
+    const json* base;
+    const char* field;
+    json value;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {&qwen3, "num_experts", int64_t{1} << 31, "num experts is 2147483648, outside [1, 4096]"},
+      {&qwen3, "num_hidden_layers", int64_t{1} << 40, "num_hidden_layers is 1099511627776, outside [1, 1024]"},
+      {&qwen3, "hidden_size", int64_t{1} << 40, "hidden_size is 1099511627776, outside [1, 65536]"},
+      {&qwen3, "vocab_size", int64_t{1} << 62, "vocab_size is 4611686018427387904, outside [1, 4194304]"},
+      {&qwen3, "num_key_value_heads", 0, "num_key_value_heads is 0, outside [1, 1024]"},
+      {&qwen3, "num_key_value_heads", 3, "num_attention_heads 32 is not a multiple of num_key_value_heads 3"},
+      {&qwen3, "num_attention_heads", -4, "num_attention_heads is -4, outside [1, 1024]"},
+      {&qwen3, "num_experts_per_tok", 129, "num_experts_per_tok is 129, outside [1, 128]"},
+      {&qwen3, "rms_norm_eps", -1.0, "rms_norm_eps must be a finite number > 0, got -1"},
+      {&hybrid, "linear_conv_kernel_dim", 0, "linear_conv_kernel_dim is 0, outside [1, 1024]"},
+      {&hybrid, "linear_num_key_heads", 0, "linear_num_key_heads is 0, outside [1, 1024]"},
+      {&hybrid, "linear_num_value_heads", 3, "linear_num_value_heads 3 is not a multiple of linear_num_key_heads 2"},
+      {&hybrid, "head_dim", 0, "head_dim is 0, outside [1, 65536]"},
+      {&deepseek, "n_group", 7, "n_group 7 does not divide the 256 experts"},
+      {&deepseek, "topk_group", 9, "topk_group is 9, outside [1, 8]"},
+      {&deepseek, "kv_lora_rank", 0, "kv_lora_rank is 0, outside [1, 65536]"},
+      {&deepseek, "first_k_dense_replace", 61, "first_k_dense_replace is 61, outside [0, 60]"},
+      {&deepseek, "routed_scaling_factor", 0.0, "routed_scaling_factor must be a finite number > 0, got 0"},
+  };
+  for (const Case& c : cases) {
+    json doc = *c.base;
+    json& fields = doc.contains("text_config") ? doc["text_config"] : doc;
+    ASSERT_TRUE(fields.contains(c.field)) << c.field;
+    fields[c.field] = c.value;
+    const std::string e = error_of([&] { parse_hf_config(doc, "dir/config.json"); });
+    EXPECT_NE(e.find("dir/config.json"), std::string::npos) << c.field << ": " << e;
+    EXPECT_NE(e.find(c.expected), std::string::npos) << c.field << ": " << e;
+  }
+  // Each size within its bound, but too many expert instances together.
+  json doc = qwen3;
+  doc["num_hidden_layers"] = 1024;
+  doc["num_experts"] = 4096;
+  const std::string e = error_of([&] { parse_hf_config(doc, "c.json"); });
+  EXPECT_NE(e.find("1024 MoE layers of 4096 experts are 4194304 expert instances, more than fp4moe's 262144"),
+            std::string::npos)
+      << e;
+}
+
 TEST(QuantConfig, HfQuantConfigJson) {
   const json doc = json::parse(R"({"producer": {"name": "modelopt", "version": "0.37.0"},
     "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8", "group_size": 16,

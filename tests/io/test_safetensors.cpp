@@ -143,6 +143,33 @@ TEST(Safetensors, WriterRejectsMisuse) {
   }
 }
 
+TEST(Safetensors, WriterRefusesACheckpointLargerThanTheFreeSpace) {
+  ScratchDir dir;
+  {  // an earlier checkpoint in the directory, which a refused write must leave as it was
+    SafetensorsWriter writer(dir.path(), {{"kept", Dtype::kU8, {3}}}, 1000);
+    writer.write("kept", std::vector<uint8_t>{7, 8, 9});
+    writer.finish();
+  }
+  const std::vector<uint8_t> before = test::read_file(dir / "model.safetensors");
+  // 2 PiB in two shards: more than any file system this test runs on has free.
+  const std::vector<TensorSpec> huge = {{"a", Dtype::kBF16, {int64_t{1} << 49}}, {"b", Dtype::kBF16, {int64_t{1} << 49}}};
+  try {
+    SafetensorsWriter writer(dir.path(), huge, uint64_t{1} << 50);
+    FAIL() << "a 2 PiB checkpoint was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const std::string prefix = dir.path().string() + ": the checkpoint needs ";
+    ASSERT_EQ(what.rfind(prefix, 0), 0u) << what;
+    const uint64_t needed = std::stoull(what.substr(prefix.size()));  // the data and the two shards' headers
+    EXPECT_GT(needed, uint64_t{1} << 51) << what;
+    EXPECT_LT(needed, (uint64_t{1} << 51) + 1024) << what;
+    EXPECT_NE(what.find("free for it"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "model-00001-of-00002.safetensors"));
+  EXPECT_EQ(test::read_file(dir / "model.safetensors"), before);
+  EXPECT_EQ(SafetensorsCheckpoint(dir.path()).names(), std::vector<std::string>{"kept"});
+}
+
 TEST(Safetensors, ReadAsFloat) {
   ScratchDir dir;
   const uint16_t f16[] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x7C00, 0x8000};  // 1, -2, 65504, 2^-24, inf, -0
