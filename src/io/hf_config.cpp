@@ -174,15 +174,14 @@ void read_deepseek_v3(const Fields& f, ModelConfig& c) {
 // hidden 7168, 512 experts, vocab 248320, 60 x 512 expert instances), low enough that the expected tensor
 // list and every tensor's element count stay small. A config.json outside them is refused before anything is
 // sized from it: a claimed 2^31 experts had `inspect` build its expected tensor list until memory ran out,
-// and zero heads gave a checkpoint of empty tensors.
+// and zero heads gave a checkpoint of empty tensors. kMaxModelExperts and kMaxModelWidth (io/presets.h) are
+// the MoE problem's own bounds; here kMaxModelWidth bounds head and rank sizes too.
 constexpr int64_t kMaxLayers = 1024;
-constexpr int64_t kMaxWidth = int64_t{1} << 16;  // hidden, intermediate, rank and head sizes
 constexpr int64_t kMaxDenseWidth = int64_t{1} << 18;  // dense MLP and shared-expert intermediate sizes
 constexpr int64_t kMaxVocab = int64_t{1} << 22;
 constexpr int64_t kMaxHeads = 1024;
-constexpr int64_t kMaxExperts = 4096;  // the MoE problem's own bound (kernels/moe_problem.cpp)
 constexpr int64_t kMaxExpertInstances = int64_t{1} << 18;  // MoE layers x experts (Qwen3.5-397B: 30720)
-static_assert(kMaxLayers * kMaxExperts > kMaxExpertInstances, "the product needs its own bound");
+static_assert(kMaxLayers * kMaxModelExperts > kMaxExpertInstances, "the product needs its own bound");
 
 void check_model_config(const ModelConfig& c, std::string_view label) {
   struct Range {
@@ -190,32 +189,32 @@ void check_model_config(const ModelConfig& c, std::string_view label) {
     int64_t value, min, max;
   };
   std::vector<Range> ranges = {{"num_hidden_layers", c.num_layers, 1, kMaxLayers},
-                               {"hidden_size", c.hidden, 1, kMaxWidth},
+                               {"hidden_size", c.hidden, 1, kMaxModelWidth},
                                {"vocab_size", c.vocab, 1, kMaxVocab},
                                {"num_attention_heads", c.num_heads, 1, kMaxHeads},
                                {"num_key_value_heads", c.num_kv_heads, 1, kMaxHeads},
-                               {"head_dim", c.head_dim, 1, kMaxWidth},
-                               {"num experts", c.num_experts, 1, kMaxExperts},
+                               {"head_dim", c.head_dim, 1, kMaxModelWidth},
+                               {"num experts", c.num_experts, 1, kMaxModelExperts},
                                {"num_experts_per_tok", c.top_k, 1, c.num_experts},
-                               {"moe_intermediate_size", c.moe_inter, 1, kMaxWidth},
+                               {"moe_intermediate_size", c.moe_inter, 1, kMaxModelWidth},
                                {"shared expert intermediate size", c.shared_expert_inter, 0, kMaxDenseWidth},
                                {"first_k_dense_replace", c.first_dense_layers, 0, c.num_layers - 1}};
   if (c.full_attention_interval > 0) {  // Gated DeltaNet layers (qwen3_5_moe, qwen3_next)
     ranges.insert(ranges.end(), {{"linear_num_key_heads", c.linear_num_key_heads, 1, kMaxHeads},
                                  {"linear_num_value_heads", c.linear_num_value_heads, 1, kMaxHeads},
-                                 {"linear_key_head_dim", c.linear_key_head_dim, 1, kMaxWidth},
-                                 {"linear_value_head_dim", c.linear_value_head_dim, 1, kMaxWidth},
+                                 {"linear_key_head_dim", c.linear_key_head_dim, 1, kMaxModelWidth},
+                                 {"linear_value_head_dim", c.linear_value_head_dim, 1, kMaxModelWidth},
                                  {"linear_conv_kernel_dim", c.linear_conv_kernel_dim, 1, kMaxHeads}});
   }
   if (c.name == "deepseek_v3") {
     ranges.insert(ranges.end(), {{"intermediate_size", c.dense_inter, 1, kMaxDenseWidth},
                                  {"n_group", c.n_group, 1, c.num_experts},
                                  {"topk_group", c.topk_group, 1, c.n_group},
-                                 {"q_lora_rank", c.q_lora_rank, 0, kMaxWidth},
-                                 {"kv_lora_rank", c.kv_lora_rank, 1, kMaxWidth},
-                                 {"qk_nope_head_dim", c.qk_nope_head_dim, 0, kMaxWidth},
-                                 {"qk_rope_head_dim", c.qk_rope_head_dim, 1, kMaxWidth},
-                                 {"v_head_dim", c.v_head_dim, 1, kMaxWidth}});
+                                 {"q_lora_rank", c.q_lora_rank, 0, kMaxModelWidth},
+                                 {"kv_lora_rank", c.kv_lora_rank, 1, kMaxModelWidth},
+                                 {"qk_nope_head_dim", c.qk_nope_head_dim, 0, kMaxModelWidth},
+                                 {"qk_rope_head_dim", c.qk_rope_head_dim, 1, kMaxModelWidth},
+                                 {"v_head_dim", c.v_head_dim, 1, kMaxModelWidth}});
   }
   for (const Range& r : ranges) {
     FP4MOE_CHECK(r.value >= r.min && r.value <= r.max, label, ": ", r.name, " is ", r.value, ", outside [", r.min,

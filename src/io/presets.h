@@ -9,6 +9,11 @@
 
 namespace fp4moe {
 
+// The most experts and the widest hidden or intermediate size fp4moe handles: a config.json past them is
+// refused when read (io/hf_config.cpp), a MoE problem past them when built (kernels/moe_problem.cpp).
+inline constexpr int64_t kMaxModelExperts = 4096;
+inline constexpr int64_t kMaxModelWidth = int64_t{1} << 16;
+
 struct ModelConfig {
   std::string name;          // preset name or the checkpoint's model_type
   std::string architecture;  // HF architectures[0], e.g. "Qwen3_5MoeForConditionalGeneration"

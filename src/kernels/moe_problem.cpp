@@ -7,12 +7,12 @@
 namespace fp4moe {
 
 void MoeProblem::validate() const {
-  FP4MOE_CHECK(hidden > 0 && hidden % 64 == 0 && hidden <= (1 << 16), "MoE problem: hidden size ", hidden,
-               " must be a positive multiple of 64 and at most 65536");
-  FP4MOE_CHECK(inter > 0 && inter % 64 == 0 && inter <= (1 << 16), "MoE problem: expert intermediate size ", inter,
-               " must be a positive multiple of 64 and at most 65536");
-  FP4MOE_CHECK(num_experts >= 1 && num_experts <= 4096, "MoE problem: num_experts ", num_experts,
-               " must be in [1, 4096]");
+  FP4MOE_CHECK(hidden > 0 && hidden % 64 == 0 && hidden <= kMaxModelWidth, "MoE problem: hidden size ", hidden,
+               " must be a positive multiple of 64 and at most ", kMaxModelWidth);
+  FP4MOE_CHECK(inter > 0 && inter % 64 == 0 && inter <= kMaxModelWidth, "MoE problem: expert intermediate size ", inter,
+               " must be a positive multiple of 64 and at most ", kMaxModelWidth);
+  FP4MOE_CHECK(num_experts >= 1 && num_experts <= kMaxModelExperts, "MoE problem: num_experts ", num_experts,
+               " must be in [1, ", kMaxModelExperts, "]");
   FP4MOE_CHECK(top_k >= 1 && top_k <= num_experts && top_k <= 32, "MoE problem: top_k ", top_k,
                " must be in [1, min(32, num_experts=", num_experts, ")]");
   FP4MOE_CHECK(routing.num_experts == num_experts && routing.top_k == top_k, "MoE problem: routing config (E=",
