@@ -34,16 +34,17 @@ void register_synth(CLI::App& app) {
                                                "qwen3_next, qwen3_moe, deepseek_v3)");
   preset_option->excludes(config_option);
   config_option->excludes(preset_option);
-  sub->add_option("--layers", args->layers, "Keep only the first N layers (default: all)")->check(CLI::PositiveNumber);
+  // No CLI11 range check: its message prints the bound as a 300-digit double. with_layers names the problem.
+  CLI::Option* layers_option = sub->add_option("--layers", args->layers, "Keep only the first N layers (default: all)");
   sub->add_option("--seed", args->seed, "Random seed; the same seed gives identical files (default 0)");
   sub->add_option("--out", args->out, "Output directory (created)")->required();
   sub->add_option("--max-shard-size", args->max_shard,
                   "Largest safetensors shard, e.g. 5GB, 500MB, 1000000 (default 5GB)");
   sub->add_flag("--bf16", args->bf16, "Write BF16 experts and no quantization config (an input for `fp4moe quantize`)");
-  set_action(sub, [args] {
+  set_action(sub, [args, layers_option] {
     FP4MOE_CHECK(!args->preset.empty() || !args->config.empty(), "synth needs --preset NAME or --config FILE");
     ModelConfig config = args->config.empty() ? model_preset(args->preset) : read_hf_config(args->config);
-    if (args->layers > 0) config = with_layers(config, args->layers);
+    if (layers_option->count() > 0) config = with_layers(config, args->layers);
     SynthOptions options;
     options.seed = args->seed;
     options.max_shard_bytes = parse_byte_size(args->max_shard);

@@ -119,8 +119,9 @@ ModelConfig model_preset(std::string_view name) {
 }
 
 ModelConfig with_layers(ModelConfig config, int64_t layers) {
-  FP4MOE_CHECK(layers >= 1, "--layers must be >= 1, got ", layers);
-  config.num_layers = std::min(config.num_layers, layers);
+  FP4MOE_CHECK(layers >= 1 && layers <= config.num_layers, "--layers ", layers, ": ", config.name, " has ",
+               config.num_layers, " layers, so N must be in [1, ", config.num_layers, "]");
+  config.num_layers = layers;
   config.first_dense_layers = std::min(config.first_dense_layers, config.num_layers);
   return config;
 }

@@ -60,7 +60,7 @@ struct ModelConfig {
 std::vector<std::string> preset_names();
 // The preset's config; throws Error listing the valid names when unknown.
 ModelConfig model_preset(std::string_view name);
-// A copy with at most `layers` layers (the --layers option); layers must be >= 1.
+// A copy with its first `layers` layers (the --layers option); throws Error unless 1 <= layers <= num_layers.
 ModelConfig with_layers(ModelConfig config, int64_t layers);
 
 }  // namespace fp4moe

@@ -147,6 +147,14 @@ def main():
         check(r.returncode == 1 and "config.json: num experts is 2147483648" in r.stderr,
               f"synth of an absurd config: {r.returncode} {r.stderr}")
         check(not os.path.exists(os.path.join(work, "y")), "synth of an absurd config created its output directory")
+        # --layers outside [1, the model's layers]: a clear error, no output directory (it used to print CLI11's
+        # bound as a 300-digit number for 0, and to clamp 99999 to the model's 4 layers without a word).
+        for layers, expected in (("0", "--layers 0: tiny has 4 layers, so N must be in [1, 4]"),
+                                 ("99999", "--layers 99999: tiny has 4 layers, so N must be in [1, 4]")):
+            out = os.path.join(work, f"layers_{layers}")
+            r = run([exe, "synth", "--preset", "tiny", "--layers", layers, "--out", out])
+            check(r.returncode == 1 and expected in r.stderr, f"synth --layers {layers}: {r.returncode} {r.stderr}")
+            check(not os.path.exists(out), f"synth --layers {layers} created its output directory")
         # Consistent files, but an expert tensor is gone from both shard and index: inconsistent (exit 2).
         idx = json.load(open(os.path.join(absent, "model.safetensors.index.json")))
         del idx["weight_map"][victim]

@@ -286,7 +286,10 @@ TEST(QuantConfig, ReadFromDirectory) {
 
 TEST(Presets, WithLayersAndUnknownName) {
   EXPECT_EQ(with_layers(model_preset("qwen3.5-397b-a17b"), 2).num_layers, 2);
-  EXPECT_EQ(with_layers(model_preset("tiny"), 100).num_layers, 4);
+  EXPECT_EQ(with_layers(model_preset("tiny"), 4).num_layers, 4);
+  // More layers than the model has is an error naming both counts, not a silent clamp.
+  const std::string too_many = error_of([] { with_layers(model_preset("tiny"), 100); });
+  EXPECT_NE(too_many.find("--layers 100: tiny has 4 layers"), std::string::npos) << too_many;
   EXPECT_EQ(with_layers(model_preset("deepseek-v3"), 2).first_dense_layers, 2);
   EXPECT_THROW(model_preset("gpt-5"), Error);
   EXPECT_THROW(with_layers(model_preset("tiny"), 0), Error);
