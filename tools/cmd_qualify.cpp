@@ -80,6 +80,7 @@ int run_qualify(const QualifyOptions& o) {
   std::vector<int64_t> tokens = o.tokens.empty() ? default_timing_tokens(o.max_tokens) : o.tokens;
   for (int64_t t : tokens)
     FP4MOE_CHECK(t >= 1 && t <= o.max_tokens, "--tokens: ", t, " is outside [1, --max-tokens=", o.max_tokens, "]");
+  check_qualify_timeout(o.timeout);
 
   const DeviceList devices = query_cuda_devices();
   if (devices.devices.empty()) {

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "common/error.h"
@@ -48,6 +49,11 @@ ChildResult run_child(const std::vector<std::string>& argv, const ChildOptions& 
   ChildResult result;
   if (argv.empty()) {
     result.error = "empty command";
+    return result;
+  }
+  // A NaN limit would never expire (every comparison with it is false): the child could run forever.
+  if (!(std::isfinite(options.timeout_seconds) && options.timeout_seconds > 0)) {
+    result.error = detail::concat("invalid time limit ", options.timeout_seconds, " s (needs a finite number > 0)");
     return result;
   }
   int out_pipe[2], err_pipe[2];

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -193,8 +194,15 @@ std::vector<int64_t> collect_variant_tokens(const std::vector<std::string>& ids,
   return tokens;
 }
 
+void check_qualify_timeout(double seconds) {
+  FP4MOE_CHECK(std::isfinite(seconds) && seconds >= 1.0 && seconds <= kMaxQualifyTimeoutSeconds,
+               "--timeout must be a number of seconds in [1, ", kMaxQualifyTimeoutSeconds, "] per backend, got ",
+               seconds);
+}
+
 Verdict run_qualification(const QualifyRequest& request) {
   request.problem.validate();
+  check_qualify_timeout(request.timeout_seconds);
   FP4MOE_CHECK(!request.worker_command.empty(), "qualification: no worker command");
   for (int64_t t : request.timing_tokens) {
     FP4MOE_CHECK(t >= 1 && t <= request.max_tokens, "qualification: timing token count ", t,

@@ -36,6 +36,12 @@ struct QualifyRequest {
 
 Verdict run_qualification(const QualifyRequest& request);
 
+// The per-backend time limit (--timeout) is a finite number of seconds in [1, a week]; throws Error naming
+// it otherwise. Why: NaN disabled the limit (a hung kernel hung qualification), 0 or less timed out every
+// backend at once and cached that verdict.
+inline constexpr double kMaxQualifyTimeoutSeconds = 7 * 24 * 3600.0;
+void check_qualify_timeout(double seconds);
+
 // The union of MoeBackend::variant_token_counts of the backends `ids` (made by `factory`) for this
 // problem, serving maximum and device: sorted, without duplicates, each in [1, max_tokens].
 std::vector<int64_t> collect_variant_tokens(const std::vector<std::string>& ids, const BackendFactory& factory,

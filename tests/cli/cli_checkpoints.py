@@ -155,6 +155,12 @@ def main():
             r = run([exe, "synth", "--preset", "tiny", "--layers", layers, "--out", out])
             check(r.returncode == 1 and expected in r.stderr, f"synth --layers {layers}: {r.returncode} {r.stderr}")
             check(not os.path.exists(out), f"synth --layers {layers} created its output directory")
+        # qualify --timeout outside [1 s, a week]: an error before any GPU is looked for (NaN used to disable the
+        # limit, so a hung kernel hung qualification; 0 timed out every backend and cached that verdict).
+        for limit in ("nan", "0", "-5", "1e300"):
+            r = run([exe, "qualify", "--preset", "tiny", "--timeout", limit])
+            check(r.returncode == 1 and "--timeout must be a number of seconds in [1, 604800] per backend" in r.stderr,
+                  f"qualify --timeout {limit}: {r.returncode} {r.stderr}")
         # Consistent files, but an expert tensor is gone from both shard and index: inconsistent (exit 2).
         idx = json.load(open(os.path.join(absent, "model.safetensors.index.json")))
         del idx["weight_map"][victim]

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <csignal>
+#include <limits>
 
 #include "common/child_process.h"
 
@@ -30,6 +32,19 @@ TEST(RunChild, KillsAHangingChildAndItsChildrenAtTheTimeLimit) {
   ChildResult r = run_child({"/bin/sh", "-c", "sleep 30 & sleep 30"}, options);
   EXPECT_EQ(r.outcome, ChildResult::Outcome::kTimedOut);
   EXPECT_LT(r.seconds, 5.0);
+}
+
+TEST(RunChild, RefusesATimeLimitThatCouldNeverExpireOrIsNotPositive) {
+  // A NaN limit compares false with every elapsed time, so it never expired: the child, here one that would
+  // sleep an hour, was not started.
+  for (double limit : {std::nan(""), -1.0, 0.0, std::numeric_limits<double>::infinity()}) {
+    ChildOptions options;
+    options.timeout_seconds = limit;
+    ChildResult r = run_child({"/bin/sh", "-c", "sleep 3600"}, options);
+    EXPECT_EQ(r.outcome, ChildResult::Outcome::kSpawnFailed) << limit;
+    EXPECT_NE(r.error.find("invalid time limit"), std::string::npos) << r.error;
+    EXPECT_LT(r.seconds, 1.0);
+  }
 }
 
 TEST(RunChild, MissingProgramIsAnExitNotACrash) {

@@ -3,6 +3,7 @@
 // in the tests, run in real child processes exactly as production backends do.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -109,6 +110,23 @@ TEST(Qualification, RejectsEveryHostFaultForTheRightReasonAndKeepsTheGoodBackend
 
 // A bug in a kernel variant that only serves batch sizes between the standard probes: the standard
 // set alone lets it through, the probes at the backend's declared variant switches reject it.
+TEST(Qualification, RefusesAnAbsurdTimeLimitBeforeRunningAnyBackend) {
+  // NaN disabled the limit; 0 or less timed out every backend and the verdict was cached.
+  for (double limit : {std::nan(""), 0.0, -5.0, 0.5, 1e300, kMaxQualifyTimeoutSeconds * 2}) {
+    QualifyRequest request = tiny_request({"cpu.reference.v1"});
+    request.timeout_seconds = limit;
+    try {
+      run_qualification(request);
+      ADD_FAILURE() << "a time limit of " << limit << " s was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--timeout must be a number of seconds in [1, 604800]"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_NO_THROW(check_qualify_timeout(1.0));
+  EXPECT_NO_THROW(check_qualify_timeout(kMaxQualifyTimeoutSeconds));
+}
+
 TEST(Qualification, ProbesEveryDeclaredKernelVariant) {
   const std::vector<std::string> ids = {"cpu.reference.v1", "test.fault.broken_middle_variant.v1"};
   QualifyRequest request = tiny_request(ids);
