@@ -2,7 +2,10 @@
 // app; main.cpp lists them in the order `fp4moe --help` shows them.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <functional>
+#include <string>
+#include <system_error>
 
 namespace fp4moe::cli {
 
@@ -10,6 +13,27 @@ namespace fp4moe::cli {
 // returns the process exit code.
 using Action = std::function<int()>;
 void set_action(CLI::App* subcommand, Action action);
+
+// Every integer option passes its text through this first (->transform: it rewrites the text). Why: CLI11 2.1
+// (Debian's) saturates an integer outside its option's type without a word (--seed -1 and --seed 2^64 both
+// became 2^64 - 1, --max-tokens 10^20 became 2^63 - 1, and the range error then quoted that number), and it
+// reads a leading 0 as octal (--seed 010 was seed 8). Only decimal digits, an optional '-' for signed types.
+template <typename Integer>
+CLI::Validator exact_integer(const char* range) {
+  return CLI::Validator(
+      [range](std::string& text) -> std::string {
+        Integer value{};
+        const char* end = text.data() + text.size();
+        const auto [stop, error] = std::from_chars(text.data(), end, value);
+        if (error != std::errc() || stop != end) return "'" + text + "' is not a decimal integer in " + range;
+        text = std::to_string(value);  // no leading zeros left for CLI11 to read as octal
+        return {};
+      },
+      "");
+}
+inline CLI::Validator exact_int() { return exact_integer<int>("[-2^31, 2^31 - 1]"); }
+inline CLI::Validator exact_int64() { return exact_integer<long long>("[-2^63, 2^63 - 1]"); }
+inline CLI::Validator exact_uint64() { return exact_integer<unsigned long long>("[0, 2^64 - 1]"); }
 
 void register_info(CLI::App& app);
 void register_synth(CLI::App& app);

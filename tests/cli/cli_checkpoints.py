@@ -12,6 +12,7 @@ usage: cli_checkpoints.py --fp4moe PATH        (standard library only)
 """
 import argparse
 import filecmp
+import hashlib
 import json
 import os
 import shutil
@@ -155,6 +156,27 @@ def main():
             r = run([exe, "synth", "--preset", "tiny", "--layers", layers, "--out", out])
             check(r.returncode == 1 and expected in r.stderr, f"synth --layers {layers}: {r.returncode} {r.stderr}")
             check(not os.path.exists(out), f"synth --layers {layers} created its output directory")
+        # Integer options take decimal integers of their type and nothing else: CLI11 saturated --seed -1 and
+        # --seed 2^64 to 2^64 - 1 without a word and read --seed 010 as octal 8.
+        for option, value, expected in (("--seed", "-1", "'-1' is not a decimal integer in [0, 2^64 - 1]"),
+                                        ("--seed", "18446744073709551616", "is not a decimal integer in [0, 2^64 - 1]"),
+                                        ("--seed", "0x10", "'0x10' is not a decimal integer"),
+                                        ("--layers", "99999999999999999999", "is not a decimal integer in [-2^63, 2^63 - 1]")):
+            out = os.path.join(work, "seed_bad")
+            r = run([exe, "synth", "--preset", "tiny", option, value, "--out", out])
+            check(r.returncode != 0 and f"{option}: " in r.stderr and expected in r.stderr,
+                  f"synth {option} {value}: {r.returncode} {r.stderr}")
+            check(not os.path.exists(out), f"synth {option} {value} created its output directory")
+        digests = {}
+        for seed in ("010", "10", "8"):
+            out = os.path.join(work, f"seed_{seed}")
+            run_ok([exe, "synth", "--preset", "tiny", "--layers", "1", "--seed", seed, "--out", out])
+            digests[seed] = hashlib.sha256(open(os.path.join(out, "model.safetensors"), "rb").read()).hexdigest()
+        check(digests["010"] == digests["10"] and digests["10"] != digests["8"],
+              "synth --seed 010 is not seed 10 (CLI11 reads a leading 0 as octal)")
+        r = run([exe, "qualify", "--preset", "tiny", "--max-tokens", "99999999999999999999"])
+        check(r.returncode != 0 and "--max-tokens: '99999999999999999999' is not a decimal integer" in r.stderr,
+              f"qualify --max-tokens 10^20: {r.returncode} {r.stderr}")
         # qualify --timeout outside [1 s, a week]: an error before any GPU is looked for (NaN used to disable the
         # limit, so a hung kernel hung qualification; 0 timed out every backend and cached that verdict).
         for limit in ("nan", "0", "-5", "1e300"):
