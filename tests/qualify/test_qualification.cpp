@@ -108,8 +108,6 @@ TEST(Qualification, RejectsEveryHostFaultForTheRightReasonAndKeepsTheGoodBackend
   EXPECT_NE(svg.find("test.slow_but_correct.v1"), std::string::npos);
 }
 
-// A bug in a kernel variant that only serves batch sizes between the standard probes: the standard
-// set alone lets it through, the probes at the backend's declared variant switches reject it.
 TEST(Qualification, RefusesAnAbsurdTimeLimitBeforeRunningAnyBackend) {
   // NaN disabled the limit; 0 or less timed out every backend and the verdict was cached.
   for (double limit : {std::nan(""), 0.0, -5.0, 0.5, 1e300, kMaxQualifyTimeoutSeconds * 2}) {
@@ -127,6 +125,8 @@ TEST(Qualification, RefusesAnAbsurdTimeLimitBeforeRunningAnyBackend) {
   EXPECT_NO_THROW(check_qualify_timeout(kMaxQualifyTimeoutSeconds));
 }
 
+// A bug in a kernel variant that only serves batch sizes between the standard probes: the standard
+// set alone lets it through, the probes at the backend's declared variant switches reject it.
 TEST(Qualification, ProbesEveryDeclaredKernelVariant) {
   const std::vector<std::string> ids = {"cpu.reference.v1", "test.fault.broken_middle_variant.v1"};
   QualifyRequest request = tiny_request(ids);
