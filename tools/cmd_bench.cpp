@@ -56,20 +56,14 @@ Action register_bench_moe(CLI::App& bench) {
   sub->add_flag("--no-baseline", args->no_baseline, "Do not time the cuBLAS BF16 baseline");
   sub->add_flag("--baseline-per-expert", args->baseline_per_expert,
                 "Baseline GEMMs as one cublasGemmEx per expert (default: cublasGemmGroupedBatchedEx)");
-  sub->add_option("--weight-sets", args->weight_sets, "Prepared weight copies rotated between runs")
-      ->transform(exact_int())
+  add_integer_option(sub, "--weight-sets", args->weight_sets, "Prepared weight copies rotated between runs")
       ->capture_default_str();
-  sub->add_option("--runs-per-replay", args->runs_per_replay,
-                  "Runs captured in one CUDA graph, each with its own router logits")
-      ->transform(exact_int())
+  add_integer_option(sub, "--runs-per-replay", args->runs_per_replay,
+                     "Runs captured in one CUDA graph, each with its own router logits")
       ->capture_default_str();
-  sub->add_option("--repeats", args->min_repeats, "Minimum timed replays per point")
-      ->transform(exact_int())
-      ->capture_default_str();
-  sub->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs")
-      ->transform(exact_uint64())
-      ->capture_default_str();
-  sub->add_option("--device", args->device, "CUDA device ordinal")->transform(exact_int())->capture_default_str();
+  add_integer_option(sub, "--repeats", args->min_repeats, "Minimum timed replays per point")->capture_default_str();
+  add_integer_option(sub, "--seed", args->seed, "Seed of the synthetic weights and inputs")->capture_default_str();
+  add_integer_option(sub, "--device", args->device, "CUDA device ordinal")->capture_default_str();
   return [args] {
     bench::MoeBenchOptions options;
     options.preset = args->preset;
@@ -109,7 +103,7 @@ Action register_bench_moe(CLI::App& bench) {
 Action register_bench_ceilings(CLI::App& bench) {
   CLI::App* sub = bench.add_subcommand("ceilings", "Measure the device copy bandwidth and the BF16 GEMM rate");
   auto device = std::make_shared<int>(0);
-  sub->add_option("--device", *device, "CUDA device ordinal")->transform(exact_int())->capture_default_str();
+  add_integer_option(sub, "--device", *device, "CUDA device ordinal")->capture_default_str();
   return [device] {
     bench::CeilingOptions options;
     options.device = *device;

@@ -136,11 +136,10 @@ void register_qualify(CLI::App& app) {
   source->add_option("--preset", options->preset, "built-in model preset (fp4moe synth --help lists them)");
   source->add_option("--model", options->model_dir, "ModelOpt NVFP4 checkpoint directory: its shape and its weights");
   source->require_option(1);
-  sub->add_option("--tokens", options->tokens, "token buckets to time (default: powers of two up to --max-tokens)")
-      ->delimiter(',')
-      ->transform(exact_int64());
-  sub->add_option("--max-tokens", options->max_tokens, "serving maximum: the largest probe and bucket")
-      ->transform(exact_int64())
+  add_integer_option(sub, "--tokens", options->tokens,
+                     "token buckets to time (default: powers of two up to --max-tokens)")
+      ->delimiter(',');
+  add_integer_option(sub, "--max-tokens", options->max_tokens, "serving maximum: the largest probe and bucket")
       ->capture_default_str();
   sub->add_option("--activation", options->activation, "W4A16 or W4A4")->capture_default_str();
   sub->add_option("--backend", options->backends, "qualify only these backend ids (repeatable; not cached)");
@@ -148,11 +147,8 @@ void register_qualify(CLI::App& app) {
   sub->add_option("--json", options->json_path, "write the verdict as JSON to FILE");
   sub->add_option("--plot", options->plot_path, "write an SVG plot (time against tokens) to FILE");
   sub->add_option("--timeout", options->timeout, "time limit per backend, seconds")->capture_default_str();
-  sub->add_option("--seed", options->seed, "seed of the synthetic weights and probes")
-      ->transform(exact_uint64())
-      ->capture_default_str();
-  sub->add_option("--layer", options->layer, "with --model: the MoE layer to qualify (default: the first)")
-      ->transform(exact_int64());
+  add_integer_option(sub, "--seed", options->seed, "seed of the synthetic weights and probes")->capture_default_str();
+  add_integer_option(sub, "--layer", options->layer, "with --model: the MoE layer to qualify (default: the first)");
   set_action(sub, [options] { return run_qualify(*options); });
 
   auto job = std::make_shared<std::string>();

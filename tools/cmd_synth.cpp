@@ -36,9 +36,8 @@ void register_synth(CLI::App& app) {
   config_option->excludes(preset_option);
   // No CLI11 range check: its message prints the bound as a 300-digit double. with_layers names the problem.
   CLI::Option* layers_option =
-      sub->add_option("--layers", args->layers, "Keep only the first N layers (default: all)")->transform(exact_int64());
-  sub->add_option("--seed", args->seed, "Random seed; the same seed gives identical files (default 0)")
-      ->transform(exact_uint64());
+      add_integer_option(sub, "--layers", args->layers, "Keep only the first N layers (default: all)");
+  add_integer_option(sub, "--seed", args->seed, "Random seed; the same seed gives identical files (default 0)");
   sub->add_option("--out", args->out, "Output directory (created)")->required();
   sub->add_option("--max-shard-size", args->max_shard,
                   "Largest safetensors shard, e.g. 5GB, 500MB, 1000000 (default 5GB)");

@@ -4,8 +4,11 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <functional>
+#include <limits>
 #include <string>
 #include <system_error>
+#include <type_traits>
+#include <vector>
 
 namespace fp4moe::cli {
 
@@ -14,12 +17,17 @@ namespace fp4moe::cli {
 using Action = std::function<int()>;
 void set_action(CLI::App* subcommand, Action action);
 
-// Every integer option passes its text through this first (->transform: it rewrites the text). Why: CLI11 2.1
-// (Debian's) saturates an integer outside its option's type without a word (--seed -1 and --seed 2^64 both
-// became 2^64 - 1, --max-tokens 10^20 became 2^63 - 1, and the range error then quoted that number), and it
-// reads a leading 0 as octal (--seed 010 was seed 8). Only decimal digits, an optional '-' for signed types.
+// Every integer option is added through add_integer_option, which puts its text through exact_integer for the
+// option's own type first (->transform: it rewrites the text). Why: CLI11 2.1 (Debian's) saturates an integer
+// outside its option's type without a word (--seed -1 and --seed 2^64 both became 2^64 - 1, --max-tokens 10^20
+// became 2^63 - 1, and the range error then quoted that number), and it reads a leading 0 as octal (--seed 010
+// was seed 8). Only decimal digits, an optional '-' for signed types.
 template <typename Integer>
-CLI::Validator exact_integer(const char* range) {
+CLI::Validator exact_integer() {
+  static_assert(std::is_integral_v<Integer>, "exact_integer is for integer options");
+  const std::string bits = std::to_string(std::numeric_limits<Integer>::digits);
+  const std::string range =
+      std::is_signed_v<Integer> ? "[-2^" + bits + ", 2^" + bits + " - 1]" : "[0, 2^" + bits + " - 1]";
   return CLI::Validator(
       [range](std::string& text) -> std::string {
         Integer value{};
@@ -31,9 +39,16 @@ CLI::Validator exact_integer(const char* range) {
       },
       "");
 }
-inline CLI::Validator exact_int() { return exact_integer<int>("[-2^31, 2^31 - 1]"); }
-inline CLI::Validator exact_int64() { return exact_integer<long long>("[-2^63, 2^63 - 1]"); }
-inline CLI::Validator exact_uint64() { return exact_integer<unsigned long long>("[0, 2^64 - 1]"); }
+
+template <typename Integer>
+CLI::Option* add_integer_option(CLI::App* app, const std::string& name, Integer& value, const std::string& help) {
+  return app->add_option(name, value, help)->transform(exact_integer<Integer>());
+}
+template <typename Integer>
+CLI::Option* add_integer_option(CLI::App* app, const std::string& name, std::vector<Integer>& values,
+                                const std::string& help) {
+  return app->add_option(name, values, help)->transform(exact_integer<Integer>());
+}
 
 void register_info(CLI::App& app);
 void register_synth(CLI::App& app);
